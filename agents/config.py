@@ -1,0 +1,85 @@
+"""Learner configuration: frozen dataclasses whose field docstrings become `--help`.
+
+A2C is not a separate config: `PPOConfig.as_a2c()` returns the PPO settings under which the
+PPO update *is* the A2C update (one epoch, one minibatch, no clipping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    rollout_steps: int = 16
+    """T: control steps per env per iteration (batch = T * num_envs)"""
+    epochs: int = 5
+    """passes over each batch"""
+    minibatches: int = 4
+    """minibatches per epoch; the batch must divide evenly"""
+    learning_rate: float = 1e-3
+    """Adam step size (initial value when the KL-adaptive schedule is on)"""
+    gamma: float = 0.99
+    """discount"""
+    lam: float = 0.95
+    """GAE lambda"""
+    clip_low: float = 0.2
+    """ratio clip below: 1 - clip_low"""
+    clip_high: float = 0.2
+    """ratio clip above: 1 + clip_high (set > clip_low for asymmetric clipping)"""
+    clip: bool = True
+    """clip the surrogate; False gives the plain policy gradient (A2C)"""
+    value_clip: float = 0.0
+    """clip the value update to +- this around the old prediction (0: off)"""
+    value_coef: float = 1.0
+    """weight of the value loss"""
+    entropy_coef: float = 0.0
+    """weight of the entropy bonus"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
+    desired_kl: float = 0.01
+    """KL-adaptive learning rate target (0: fixed learning rate)"""
+    advantage_norm: Literal["batch", "minibatch", "none"] = "batch"
+    """normalize advantages over the whole batch, per minibatch, or not at all"""
+    popart: bool = True
+    """PopArt value normalization (the critic regresses normalized targets)"""
+    popart_beta: float = 0.02
+    """PopArt statistics step size per update"""
+    obs_norm: bool = True
+    """running mean/std observation normalizer (inside the exported policy)"""
+    actor_hidden: tuple[int, ...] = (64, 64)
+    """actor MLP hidden sizes"""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """critic MLP hidden sizes"""
+    share_torso: bool = False
+    """actor and critic share their hidden layers (needs equal sizes and no privileged obs)"""
+    init_log_std: float = 0.0
+    """initial log standard deviation of the Gaussian policy"""
+    activation: Literal["elu", "tanh", "relu"] = "elu"
+    """hidden activation"""
+
+    def as_a2c(self) -> "PPOConfig":
+        """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping."""
+        return replace(self, epochs=1, minibatches=1, clip=False, value_clip=0.0)
+
+    def validate(self, num_envs: int) -> None:
+        """Raise ValueError naming the bad field and what is accepted."""
+        checks = [
+            (self.rollout_steps > 0, "rollout_steps must be > 0"),
+            (self.epochs > 0, "epochs must be > 0"),
+            (self.minibatches > 0, "minibatches must be > 0"),
+            (self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}"),
+            (0 < self.gamma <= 1, f"gamma must be in (0, 1], got {self.gamma}"),
+            (0 <= self.lam <= 1, f"lam must be in [0, 1], got {self.lam}"),
+            (self.clip_low >= 0 and self.clip_high >= 0, "clip_low/clip_high must be >= 0"),
+            (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
+            (0 < self.popart_beta <= 1, "popart_beta must be in (0, 1]"),
+            ((self.rollout_steps * num_envs) % self.minibatches == 0,
+             f"batch of rollout_steps * num_envs = {self.rollout_steps} * {num_envs} = "
+             f"{self.rollout_steps * num_envs} does not divide into {self.minibatches} "
+             "minibatches"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(msg)

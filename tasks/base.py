@@ -1,0 +1,115 @@
+"""The task contract: a task builds its MJCF, places its robots, maps actions to controls and
+scores states. Everything is torch on the sim's device and works on every backend.
+
+The env loop (tasks/env.py) owns clocks, resets, the NaN guard and observation assembly,
+so a task file holds only what is specific to the task.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import mujoco
+import torch
+from torch import Tensor
+
+from trot.sim.base import BatchedSim
+from trot.tasks.observation import ObsTerm
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Fields every task has; a task's config subclasses this with its own fields."""
+
+    episode_seconds: float = 10.0
+    """time limit; reaching it truncates the episode (bootstrapped), it never terminates"""
+    substeps: int = 2
+    """physics steps per control step (control dt = substeps * MJCF timestep)"""
+    obs_noise: bool = True
+    """add each observation term's training noise (never in eval or export)"""
+
+
+@dataclass
+class Observation:
+    """What the agent sees. Layouts (named slices) are static: `Env.policy_layout`."""
+
+    policy: Tensor  # [N, P]
+    critic: Tensor  # [N, C]; the same tensor as policy when the task has no privileged terms
+
+
+@dataclass
+class StepResult:
+    obs: Observation  # after auto-reset: first observation of the new episode where one ended
+    reward: Tensor  # [N] float32
+    terminated: Tensor  # [N] bool: failure; the value of what follows is 0
+    truncated: Tensor  # [N] bool: time limit; bootstrap from final_obs
+    final_obs: Observation  # [N, ...] the observation of the state reached by this step,
+    # before any reset. Equal to obs for envs that did not end.
+    metrics: dict[str, Tensor]  # logging only: per-step scalars as 0-d tensors
+
+
+C = TypeVar("C", bound=TaskConfig)
+
+
+class Task(ABC, Generic[C]):
+    """Subclass this, with a frozen config dataclass, and `register` it (tasks/registry.py).
+
+    Lifecycle: `build()` -> the env compiles the spec and makes the sim -> `bind(sim)` once
+    -> `reset` / `action_to_ctrl` / `reward` / `terminated` every step.
+    """
+
+    command_dim: int = 0
+
+    def __init__(self, config: C):
+        self.config = config
+        self.command: Tensor | None = None  # [N, command_dim] where the task has commands
+
+    @abstractmethod
+    def build(self) -> mujoco.MjSpec:
+        """The model: bodies, actuators and the sensors the observation reads."""
+
+    @abstractmethod
+    def policy_terms(self) -> tuple[ObsTerm, ...]:
+        """The policy's observation, in order. Only what a real robot can measure."""
+
+    def critic_terms(self) -> tuple[ObsTerm, ...]:
+        """The critic's observation; add privileged terms here. Default: the policy's."""
+        return self.policy_terms()
+
+    def bind(self, sim: BatchedSim) -> None:
+        """Called once with the built sim: look up ids and allocate per-env state."""
+
+    @abstractmethod
+    def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Sample start states for all envs: qpos [N, nq], qvel [N, nv]."""
+
+    def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
+        """Reset task state (commands, randomization) of envs where mask [N] is set."""
+
+    def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
+        """Before physics each step: resample commands on schedule, pushes, ..."""
+
+    @abstractmethod
+    def action_to_ctrl(self, action: Tensor) -> Tensor:
+        """[N, A] in [-1, 1] -> ctrl [N, nu]."""
+
+    @abstractmethod
+    def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Total reward [N] and its named terms (each [N], weighted) for logging."""
+
+    @abstractmethod
+    def terminated(self, sim: BatchedSim) -> Tensor:
+        """[N] bool: a failure that ends the episode with no bootstrap."""
+
+    def max_return(self) -> float | None:
+        """The greatest achievable episode return, where there is one."""
+        return None
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {} if self.command is None else {"command": self.command.clone()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        if self.command is not None:
+            self.command.copy_(state["command"])

@@ -1,0 +1,113 @@
+"""Cartpole balance and swing-up on trot's own MJCF (tasks/assets/cartpole.xml).
+
+Observations come from MJCF sensors only (what a real cartpole would measure): cart
+position and velocity, the pole's direction (its z axis: sin and cos of the angle, so the
+policy never sees an angle wrap) and its angular velocity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import mujoco
+import torch
+from torch import Tensor
+
+from trot.agents.config import PPOConfig
+from trot.sim.base import BatchedSim
+from trot.tasks.base import Task, TaskConfig
+from trot.tasks.observation import ObsTerm
+from trot.tasks.registry import register
+from trot.tasks.rewards import gaussian
+
+ASSET = Path(__file__).parent / "assets" / "cartpole.xml"
+
+
+@dataclass(frozen=True)
+class CartpoleConfig(TaskConfig):
+    episode_seconds: float = 10.0
+    """time limit; reaching it truncates (bootstrap), it does not terminate"""
+    substeps: int = 2
+    """physics steps per control step: 0.01 s timestep x 2 = 50 Hz control"""
+    swingup: bool = False
+    """start hanging down with a smooth upright reward and no early termination"""
+    init_angle: float = 0.1
+    """balance: initial pole angle ~ U(-a, a) rad (swing-up: pi + U(-a, a))"""
+    init_noise: float = 0.05
+    """initial cart position and velocities ~ U(-x, x)"""
+    max_angle: float = 0.25
+    """balance: terminate when |pole angle| exceeds this (rad)"""
+    max_cart: float = 1.8
+    """balance: terminate when |cart position| exceeds this (m)"""
+    ctrl_cost: float = 0.2
+    """swing-up: reward factor 1 - ctrl_cost * u^2"""
+
+
+class Cartpole(Task[CartpoleConfig]):
+    def build(self) -> mujoco.MjSpec:
+        spec = mujoco.MjSpec.from_file(str(ASSET))
+        add = spec.add_sensor
+        add(name="cart_pos", type=mujoco.mjtSensor.mjSENS_JOINTPOS, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="slider")
+        add(name="cart_vel", type=mujoco.mjtSensor.mjSENS_JOINTVEL, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="slider")
+        add(name="pole_axis", type=mujoco.mjtSensor.mjSENS_FRAMEZAXIS, objtype=mujoco.mjtObj.mjOBJ_BODY, objname="pole")
+        add(name="pole_vel", type=mujoco.mjtSensor.mjSENS_JOINTVEL, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="hinge")
+        return spec
+
+    def policy_terms(self) -> tuple[ObsTerm, ...]:
+        return (
+            ObsTerm("cart_pos", "sensor", ("cart_pos",)),
+            ObsTerm("pole_axis", "sensor", ("pole_axis",)),
+            ObsTerm("cart_vel", "sensor", ("cart_vel",), scale=0.5),
+            ObsTerm("pole_vel", "sensor", ("pole_vel",), scale=0.2),
+        )
+
+    def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        c, n, dev = self.config, sim.num_envs, sim.device
+        u = lambda *s: 2.0 * torch.rand(*s, generator=gen, device=dev) - 1.0  # noqa: E731
+        qpos = u(n, 2) * torch.tensor([c.init_noise, c.init_angle], device=dev)
+        if c.swingup:
+            qpos[:, 1] += math.pi
+        return qpos, u(n, 2) * c.init_noise
+
+    def action_to_ctrl(self, action: Tensor) -> Tensor:
+        return action  # the motor's ctrlrange is [-1, 1]; gear 10 N
+
+    def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        if not self.config.swingup:
+            alive = torch.ones(sim.num_envs, device=sim.device)
+            return alive, {"alive": alive}
+        x, angle, omega = sim.qpos[:, 0], sim.qpos[:, 1], sim.qvel[:, 1]
+        upright = 0.5 * (1.0 + torch.cos(angle))
+        centered = 0.5 * (1.0 + gaussian(x, 1.0))
+        small_ctrl = 1.0 - self.config.ctrl_cost * action[:, 0].square()
+        small_vel = 0.5 * (1.0 + gaussian(omega, 5.0))
+        r = upright * centered * small_ctrl * small_vel
+        return r, {"swingup": r}
+
+    def terminated(self, sim: BatchedSim) -> Tensor:
+        if self.config.swingup:
+            return torch.zeros(sim.num_envs, dtype=torch.bool, device=sim.device)
+        c = self.config
+        return (sim.qpos[:, 1].abs() > c.max_angle) | (sim.qpos[:, 0].abs() > c.max_cart)
+
+    def max_return(self) -> float | None:
+        steps = round(self.config.episode_seconds / (0.01 * self.config.substeps))
+        return float(steps) if not self.config.swingup else None
+
+    @staticmethod
+    def upright(sim: BatchedSim) -> Tensor:
+        """[N] bool: pole within 0.45 rad (cos > 0.9) of upright."""
+        return torch.cos(sim.qpos[:, 1]) > 0.9
+
+
+BALANCE = CartpoleConfig()
+SWINGUP = replace(BALANCE, swingup=True, init_angle=0.2)
+
+register("cartpole-balance", Cartpole, BALANCE,
+         "keep a pole upright on a cart; +1 per step, ends when it falls (max return 500)",
+         agent=PPOConfig())
+register("cartpole-swingup", Cartpole, SWINGUP,
+         "swing a hanging pole up and hold it; smooth upright*centered reward, no early end",
+         agent=PPOConfig())

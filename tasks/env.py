@@ -1,0 +1,215 @@
+"""The env loop every consumer sees: clocks, time limits, auto-reset, the NaN guard.
+
+`Env.step` never synchronises with the host: every branch is a `torch.where` over envs.
+(On the cpu backend, the sim itself reads its reset mask on the host; that is MuJoCo's
+own memory, the one intended exception.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from trot.sim.base import BatchedSim, sensor_slices
+from trot.tasks.base import Observation, StepResult, Task
+from trot.tasks.observation import ObsLayout, ObsSources, build_obs, make_layout
+
+
+@dataclass
+class EpisodeStats:
+    """Device-side accumulators of finished episodes, drained once per iteration."""
+
+    running_return: Tensor  # [N]
+    running_length: Tensor  # [N]
+    running_terms: Tensor  # [N, K] per reward term
+    return_sum: Tensor  # [] over finished episodes
+    length_sum: Tensor  # []
+    terms_sum: Tensor  # [K]
+    episodes: Tensor  # []
+    unstable: Tensor  # [] count of envs the NaN guard reset
+
+    @classmethod
+    def zeros(cls, n: int, k: int, device: torch.device) -> "EpisodeStats":
+        z = lambda *s: torch.zeros(*s, device=device)  # noqa: E731
+        return cls(z(n), z(n), z(n, k), z(()), z(()), z(k), z(()), z(()))
+
+    def record(self, reward: Tensor, terms: Tensor, done: Tensor, unstable: Tensor) -> None:
+        self.running_return += reward
+        self.running_length += 1
+        self.running_terms += terms
+        d = done.float()
+        self.return_sum += (self.running_return * d).sum()
+        self.length_sum += (self.running_length * d).sum()
+        self.terms_sum += (self.running_terms * d[:, None]).sum(0)
+        self.episodes += d.sum()
+        self.unstable += unstable.float().sum()
+        keep = 1.0 - d
+        self.running_return *= keep
+        self.running_length *= keep
+        self.running_terms *= keep[:, None]
+
+    def drain(self, term_names: tuple[str, ...]) -> dict[str, float]:
+        """One host sync: means over the episodes finished since the last drain."""
+        vals = torch.cat([torch.stack([self.return_sum, self.length_sum, self.episodes,
+                                       self.unstable]), self.terms_sum]).tolist()
+        ret, length, n, unstable, *terms = vals
+        out = {"episodes": n, "unstable_envs": unstable}
+        if n > 0:
+            out["episode_return"] = ret / n
+            out["episode_length"] = length / n
+            out.update({f"reward/{k}": v / n for k, v in zip(term_names, terms)})
+        for t in (self.return_sum, self.length_sum, self.terms_sum, self.episodes,
+                  self.unstable):
+            t.zero_()
+        return out
+
+
+class Env:
+    """N envs of one task on one device. Actions [N, action_dim] in [-1, 1]."""
+
+    def __init__(self, name: str, task: Task, sim: BatchedSim, seed: int = 0):
+        self.name, self.task, self.sim = name, task, sim
+        self.num_envs = sim.num_envs
+        self.device = sim.device
+        self.control_dt = sim.control_dt
+        self.action_dim = int(sim.model.nu)
+        self.max_episode_steps = max(1, round(task.config.episode_seconds / self.control_dt))
+        self.seed = seed
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        task.bind(sim)
+        n, dev = self.num_envs, self.device
+        self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.last_action = torch.zeros(n, self.action_dim, device=dev)
+        dims = {k: s.size for k, s in sensor_slices(sim.model).items()}
+        cdim = task.command_dim
+        self.policy_layout = make_layout(task.policy_terms(), dims, cdim, self.action_dim)
+        self.critic_layout = make_layout(task.critic_terms(), dims, cdim, self.action_dim)
+        self._offsets = {
+            s.term.name: torch.tensor(s.term.offset, device=dev)
+            for lay in (self.policy_layout, self.critic_layout) for s in lay.slots if s.term.offset
+        }
+        self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+        self._shared_critic = task.critic_terms() == task.policy_terms()
+        self.reward_terms: tuple[str, ...] = ()
+        self.stats = EpisodeStats.zeros(n, 0, dev)
+        self.obs: Observation | None = None
+        self.noise = task.config.obs_noise
+
+    # ------------------------------------------------------------------ observation
+    def observe(self) -> Observation:
+        sim = self.sim
+        cmd = self.task.command if self.task.command is not None else self.last_action[:, :0]
+        src = ObsSources(
+            sensor={s: sim.sensor(s) for lay in (self.policy_layout, self.critic_layout)
+                    for slot in lay.slots for s in slot.term.sensors},
+            qpos=sim.qpos, qvel=sim.qvel, command=cmd, last_action=self.last_action,
+            offsets=self._offsets,
+        )
+        gen = self.gen if self.noise else None
+        policy = build_obs(self.policy_layout, src, gen)
+        critic = policy if self._shared_critic else build_obs(self.critic_layout, src, gen)
+        return Observation(policy, critic)
+
+    # ------------------------------------------------------------------ episode control
+    def reset(self) -> Observation:
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._reset_envs(everyone)
+        self.obs = self.observe()
+        return self.obs
+
+    def _reset_envs(self, mask: Tensor) -> None:
+        qpos, qvel = self.task.initial_state(self.sim, self.gen)
+        self.sim.reset(mask, qpos, qvel)
+        self.task.on_reset(self.sim, mask, self.gen)
+        self.episode_step.masked_fill_(mask, 0)
+        self.last_action.masked_fill_(mask[:, None], 0.0)
+
+    def step(self, action: Tensor) -> StepResult:
+        if self.obs is None:
+            raise RuntimeError("call env.reset() before env.step()")
+        action, bad_action = self._checked(action)
+        self.task.pre_step(self.sim, self.gen)
+        self.sim.step(self.task.action_to_ctrl(action))
+        self.last_action.copy_(action)
+        self.episode_step += 1
+        unstable = self.sim.unstable | bad_action
+
+        final = self.observe()
+        reward, terms = self.task.reward(self.sim, action)
+        terminated = self.task.terminated(self.sim) | unstable
+        truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
+        # NaN guard: a diverged env scores 0, shows finite numbers, ends and is reset.
+        reward = torch.where(unstable, 0.0, torch.nan_to_num(reward, 0.0, 0.0, 0.0))
+        final = Observation(*(torch.nan_to_num(x, 0.0, 0.0, 0.0) for x in
+                              (final.policy, final.critic)))
+        done = terminated | truncated
+        self._record(reward, terms, done, unstable)
+
+        self._reset_envs(done)
+        fresh = self.observe()
+        d = done[:, None]
+        policy = torch.where(d, fresh.policy, final.policy)
+        critic = policy if self._shared_critic else torch.where(d, fresh.critic, final.critic)
+        self.obs = Observation(policy, critic)
+        metrics = {"unstable": unstable.sum()}
+        return StepResult(self.obs, reward, terminated, truncated, final, metrics)
+
+    def _record(self, reward: Tensor, terms: dict[str, Tensor], done: Tensor,
+                unstable: Tensor) -> None:
+        if not self.reward_terms and terms:  # first step: fix the term order
+            self.reward_terms = tuple(terms)
+            self.stats = EpisodeStats.zeros(self.num_envs, len(terms), self.device)
+        stacked = (torch.stack([terms[k] for k in self.reward_terms], dim=-1) if terms
+                   else self.stats.running_terms)
+        self.stats.record(reward, torch.nan_to_num(stacked), done, unstable)
+
+    def _checked(self, action: Tensor) -> tuple[Tensor, Tensor]:
+        """Validate shape/dtype/device; clip to [-1, 1]. Returns the action and a [N] mask of
+        envs whose action had NaN/Inf (those are treated as unstable)."""
+        want = (self.num_envs, self.action_dim)
+        if not isinstance(action, Tensor):
+            raise TypeError(f"action must be a torch.Tensor of shape {want}, got "
+                            f"{type(action).__name__}")
+        if tuple(action.shape) != want:
+            raise ValueError(f"action must have shape {want} (num_envs, action_dim), "
+                             f"got {tuple(action.shape)}")
+        if action.dtype != torch.float32:
+            raise TypeError(f"action must be float32, got {action.dtype}")
+        if action.device != self.device:
+            raise ValueError(f"action is on {action.device}; this env runs on {self.device}")
+        finite = torch.isfinite(action).all(dim=-1)  # [N]
+        if self.device.type == "cpu" and not bool(finite.all()):  # free on the host
+            bad = (~finite).nonzero().flatten().tolist()
+            raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions must be "
+                             "finite values in [-1, 1]")
+        action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
+        return action, ~finite
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {
+            "sim": self.sim.state_dict(),
+            "task": self.task.state_dict(),
+            "episode_step": self.episode_step.clone(),
+            "last_action": self.last_action.clone(),
+            "gen": self.gen.get_state(),
+            "running": [self.stats.running_return.clone(), self.stats.running_length.clone(),
+                        self.stats.running_terms.clone()],
+            "reward_terms": list(self.reward_terms),
+            "obs": None if self.obs is None else (self.obs.policy.clone(), self.obs.critic.clone()),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sim.load_state_dict(state["sim"])
+        self.task.load_state_dict(state["task"])
+        self.episode_step.copy_(state["episode_step"])
+        self.last_action.copy_(state["last_action"])
+        self.gen.set_state(state["gen"])
+        self.reward_terms = tuple(state["reward_terms"])
+        self.stats = EpisodeStats.zeros(self.num_envs, len(self.reward_terms), self.device)
+        for dst, src in zip((self.stats.running_return, self.stats.running_length,
+                             self.stats.running_terms), state["running"]):
+            dst.copy_(src)
+        self.obs = None if state["obs"] is None else Observation(*state["obs"])

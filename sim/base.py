@@ -83,6 +83,16 @@ class BatchedSim(Protocol):
     def load_state_dict(self, state: dict[str, Tensor]) -> None: ...
 
 
+# MuJoCo's own bound on a sane qpos/qvel value (mjMAXVAL); beyond it a state has diverged.
+MAX_STATE_VALUE = 1e10
+
+
+def diverged(qpos_qvel: np.ndarray) -> np.ndarray:
+    """[N, k] -> [N] bool: any NaN/Inf or any |value| > MAX_STATE_VALUE in the row."""
+    with np.errstate(invalid="ignore"):
+        return ~(np.abs(qpos_qvel) <= MAX_STATE_VALUE).all(axis=1)
+
+
 def check_field(model: mujoco.MjModel, field: str) -> tuple[int, ...]:
     """Validate a randomizable field name; return its per-env shape."""
     if field not in RANDOMIZABLE_FIELDS:

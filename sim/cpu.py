@@ -21,7 +21,7 @@ import torch
 from mujoco import rollout
 from torch import Tensor
 
-from trot.sim.base import check_field, sensor_slices, sensor_view
+from trot.sim.base import check_field, diverged, sensor_slices, sensor_view
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 
@@ -45,6 +45,9 @@ class CpuSim:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
         if substeps <= 0:
             raise ValueError(f"substeps must be a positive integer, got {substeps}")
+        # Divergence must stay visible: MuJoCo would otherwise silently reset a diverging
+        # MjData to qpos0 mid-rollout. The NaN guard (env loop) resets it properly instead.
+        model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET
         self.model = model
         self.num_envs = n = num_envs
         self.substeps = substeps
@@ -63,6 +66,7 @@ class CpuSim:
         v0 = _state_offset(model, mujoco.mjtState.mjSTATE_QVEL.value)
         self._q_slice = slice(q0, q0 + model.nq)
         self._v_slice = slice(v0, v0 + model.nv)
+        self._qv_slice = slice(q0, v0 + model.nv)
 
         fresh = mujoco.MjData(model)
         mujoco.mj_forward(model, fresh)
@@ -102,7 +106,6 @@ class CpuSim:
     # ------------------------------------------------------------------ stepping
     def step(self, ctrl: Tensor) -> None:
         self._ctrl_t.copy_(ctrl.unsqueeze(1).expand(-1, self.substeps, -1))  # [N, S, nu]
-        t_before = self._state[:, 0].copy()
         self._pool.rollout(
             self._models,
             self._datas,
@@ -115,11 +118,7 @@ class CpuSim:
         )
         np.copyto(self._state, self._out_state[:, -1])
         np.copyto(self._sens64, self._out_sens[:, -1])
-        # MuJoCo resets a diverging MjData to qpos0 and time 0 (with a warning); a clock
-        # that did not advance by the full control dt is how we see that per env.
-        expected = t_before + 0.5 * self.control_dt
-        bad = (self._state[:, 0] < expected) | ~np.isfinite(self._state).all(axis=1)
-        self.unstable.copy_(torch.from_numpy(bad))
+        self.unstable.copy_(torch.from_numpy(diverged(self._state[:, self._qv_slice])))
         self._refresh()
 
     def _refresh(self) -> None:

@@ -103,6 +103,10 @@ class Task(ABC, Generic[C]):
     def terminated(self, sim: BatchedSim) -> Tensor:
         """[N] bool: a failure that ends the episode with no bootstrap."""
 
+    def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
+        """Per-step [N] quantities that `trot eval` averages over each episode."""
+        return {}
+
     def max_return(self) -> float | None:
         """The greatest achievable episode return, where there is one."""
         return None

@@ -51,7 +51,7 @@ class Cartpole(Task[CartpoleConfig]):
         add = spec.add_sensor
         add(name="cart_pos", type=mujoco.mjtSensor.mjSENS_JOINTPOS, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="slider")
         add(name="cart_vel", type=mujoco.mjtSensor.mjSENS_JOINTVEL, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="slider")
-        add(name="pole_axis", type=mujoco.mjtSensor.mjSENS_FRAMEZAXIS, objtype=mujoco.mjtObj.mjOBJ_BODY, objname="pole")
+        add(name="pole_axis", type=mujoco.mjtSensor.mjSENS_FRAMEZAXIS, objtype=mujoco.mjtObj.mjOBJ_XBODY, objname="pole")
         add(name="pole_vel", type=mujoco.mjtSensor.mjSENS_JOINTVEL, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="hinge")
         return spec
 
@@ -96,10 +96,9 @@ class Cartpole(Task[CartpoleConfig]):
         steps = round(self.config.episode_seconds / (0.01 * self.config.substeps))
         return float(steps) if not self.config.swingup else None
 
-    @staticmethod
-    def upright(sim: BatchedSim) -> Tensor:
-        """[N] bool: pole within 0.45 rad (cos > 0.9) of upright."""
-        return torch.cos(sim.qpos[:, 1]) > 0.9
+    def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
+        """upright: the pole within 0.45 rad (cos > 0.9) of vertical."""
+        return {"upright": (torch.cos(sim.qpos[:, 1]) > 0.9).float()}
 
 
 BALANCE = CartpoleConfig()

@@ -50,19 +50,25 @@ class EpisodeStats:
         self.running_length *= keep
         self.running_terms *= keep[:, None]
 
-    def drain(self, term_names: tuple[str, ...]) -> dict[str, float]:
-        """One host sync: means over the episodes finished since the last drain."""
-        vals = torch.cat([torch.stack([self.return_sum, self.length_sum, self.episodes,
-                                       self.unstable]), self.terms_sum]).tolist()
-        ret, length, n, unstable, *terms = vals
-        out = {"episodes": n, "unstable_envs": unstable}
-        if n > 0:
-            out["episode_return"] = ret / n
-            out["episode_length"] = length / n
-            out.update({f"reward/{k}": v / n for k, v in zip(term_names, terms)})
+    def pop(self, term_names: tuple[str, ...]) -> tuple[list[str], Tensor]:
+        """Means over the episodes finished since the last pop, as one device vector (no
+        host sync), and zero the accumulators. Means read 0 when no episode finished."""
+        n = self.episodes.clamp(min=1.0)
+        names = ["episodes", "unstable_envs", "episode_return", "episode_length"]
+        names += [f"reward/{k}" for k in term_names]
+        vals = torch.cat([torch.stack([self.episodes, self.unstable, self.return_sum / n,
+                                       self.length_sum / n]), self.terms_sum / n])
         for t in (self.return_sum, self.length_sum, self.terms_sum, self.episodes,
                   self.unstable):
             t.zero_()
+        return names, vals
+
+    def drain(self, term_names: tuple[str, ...]) -> dict[str, float]:
+        """`pop` with the host sync: plain floats; means only when an episode finished."""
+        names, vals = self.pop(term_names)
+        out = dict(zip(names, vals.tolist()))
+        if out["episodes"] == 0:
+            out = {k: out[k] for k in ("episodes", "unstable_envs")}
         return out
 
 
@@ -163,7 +169,8 @@ class Env:
             self.stats = EpisodeStats.zeros(self.num_envs, len(terms), self.device)
         stacked = (torch.stack([terms[k] for k in self.reward_terms], dim=-1) if terms
                    else self.stats.running_terms)
-        self.stats.record(reward, torch.nan_to_num(stacked), done, unstable)
+        stacked = torch.where(unstable[:, None], 0.0, torch.nan_to_num(stacked))
+        self.stats.record(reward, stacked, done, unstable)
 
     def _checked(self, action: Tensor) -> tuple[Tensor, Tensor]:
         """Validate shape/dtype/device; clip to [-1, 1]. Returns the action and a [N] mask of

@@ -1,0 +1,78 @@
+"""Deterministic-policy evaluation: K envs each play exactly one episode (no bias toward
+short episodes), with observation noise off."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from trot.agents.checkpoint import load_checkpoint
+from trot.agents.networks import ActorCritic
+from trot.agents.trainer import CHECKPOINT
+from trot.config import load_json
+from trot.tasks.env import Env
+from trot.tasks.registry import make_env
+
+
+@torch.no_grad()
+def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
+    """Play one episode in each of env.num_envs (== episodes) envs with `policy(obs) -> a`.
+    Per-step task metrics (`Task.eval_metrics`) are averaged over each episode and over its
+    second half."""
+    n, dev = env.num_envs, env.device
+    obs = env.reset()
+    ret = torch.zeros(n, device=dev)
+    length = torch.zeros(n, device=dev)
+    active = torch.ones(n, dtype=torch.bool, device=dev)
+    term = torch.zeros(n, dtype=torch.bool, device=dev)
+    traces: dict[str, list[Tensor]] = {}
+    for _ in range(env.max_episode_steps):
+        res = env.step(policy(obs.policy).clamp(-1.0, 1.0))
+        ret += res.reward * active
+        length += active.float()
+        for k, v in env.task.eval_metrics(env.sim).items():
+            traces.setdefault(k, []).append(torch.where(active, v.float(), torch.nan))
+        term |= res.terminated & active
+        active &= ~(res.terminated | res.truncated)
+        obs = res.obs
+    out = {"mean_return": ret.mean().item(), "std_return": ret.std(unbiased=False).item(),
+           "episodes": float(episodes), "mean_length": length.mean().item(),
+           "terminated_rate": term.float().mean().item()}
+    for k, seq in traces.items():
+        x = torch.stack(seq)  # [T, N], NaN after each env's episode ended
+        out[k] = _nanmean_per_env(x).mean().item()
+        halves = [_nanmean_per_env(_second_half(x[:, i])) for i in range(n)]
+        out[f"{k}_second_half"] = torch.stack(halves).mean().item()
+    return out
+
+
+def _nanmean_per_env(x: Tensor) -> Tensor:
+    valid = ~x.isnan()
+    return torch.where(valid, x, 0.0).sum(0) / valid.sum(0).clamp(min=1)
+
+
+def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
+    played = col[~col.isnan()]
+    return played[len(played) // 2:]
+
+
+def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345,
+             device: str = "cpu") -> dict[str, float | None]:
+    if episodes <= 0:
+        raise ValueError(f"episodes must be a positive integer, got {episodes}")
+    state = load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=device)
+    cfg = load_json(Path(run_dir) / "config.json")
+    env_cfg = dataclasses.replace(cfg.env, obs_noise=False)
+    env = make_env(cfg.task, episodes, cfg.sim, device, seed, env_cfg)
+    ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
+    ac.load_state_dict(state["model"])
+    ac.to(device).eval()
+    out: dict[str, float | None] = dict(run_episodes(env, ac.actor, episodes))
+    out["env_steps"] = float(state["env_steps"])
+    mr = env.task.max_return()
+    out["max_return"] = mr if mr is None or math.isfinite(mr) else None
+    return out

@@ -1,0 +1,106 @@
+"""Run outputs: metrics.csv, TensorBoard events, curve.png and a progress line.
+Called once per iteration with plain floats (after the iteration's single host sync)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+
+from trot.agents.checkpoint import atomic_write
+
+CORE_COLUMNS = ("iteration", "env_steps", "wall_s", "steps_per_s", "episode_return",
+                "episode_length", "episodes", "unstable_envs", "nan_updates")
+
+
+def fmt_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class RunLogger:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, curve_every_s: float = 10.0):
+        self.dir = run_dir
+        self.csv_path = run_dir / "metrics.csv"
+        self.columns: list[str] | None = None
+        self.history: list[tuple[float, float, float]] = []  # (env_steps, wall_s, return)
+        self.curve_every_s = curve_every_s
+        self._last_curve = 0.0
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tb"))
+        if self.csv_path.exists():  # resumed run: keep its rows and columns
+            with open(self.csv_path) as f:
+                rows = list(csv.DictReader(f))
+            if rows:
+                self.columns = list(rows[0].keys())
+                self.history = [(float(r["env_steps"]), float(r["wall_s"]),
+                                 float(r["episode_return"])) for r in rows
+                                if r.get("episode_return")]
+
+    def log(self, m: dict[str, float]) -> None:
+        if self.columns is None:
+            extra = sorted(k for k in m if k not in CORE_COLUMNS)
+            self.columns = list(CORE_COLUMNS) + extra
+            with open(self.csv_path, "w", newline="") as f:
+                csv.writer(f).writerow(self.columns)
+        with open(self.csv_path, "a", newline="") as f:
+            csv.writer(f).writerow([_cell(m.get(c)) for c in self.columns])
+        if self.tb is not None:
+            for k, v in m.items():
+                if k not in ("iteration", "env_steps") and v is not None:
+                    self.tb.add_scalar(k, v, int(m["env_steps"]))
+        if "episode_return" in m:
+            self.history.append((m["env_steps"], m["wall_s"], m["episode_return"]))
+        if time.monotonic() - self._last_curve > self.curve_every_s:
+            self.draw_curve()
+
+    def draw_curve(self) -> None:
+        self._last_curve = time.monotonic()
+        if not self.history:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps, wall, ret = zip(*self.history)
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        axes[0].plot(steps, ret)
+        axes[0].set_xlabel("env steps")
+        axes[1].plot(wall, ret)
+        axes[1].set_xlabel("wall-clock (s)")
+        for ax in axes:
+            ax.set_ylabel("mean episode return")
+            ax.grid(alpha=0.3)
+        fig.suptitle(self.dir.parent.name)
+        fig.tight_layout()
+        atomic_write(self.dir / "curve.png", lambda p: fig.savefig(p, format="png", dpi=80))
+        plt.close(fig)
+
+    def close(self) -> None:
+        self.draw_curve()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _cell(v: float | None) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+def progress_line(m: dict[str, float], max_steps: float, deadline_s: float) -> str:
+    rate = m["steps_per_s"]
+    left = (max_steps - m["env_steps"]) / max(rate, 1e-9)
+    if deadline_s > 0:
+        left = min(left, deadline_s - m["wall_s"])
+    ret = m.get("episode_return")
+    ret_s = f"{ret:9.2f}" if ret is not None else "        -"
+    return (f"it {int(m['iteration']):5d} | {m['env_steps'] / 1e6:7.2f}M steps | "
+            f"{rate:8,.0f} steps/s | return {ret_s} | {fmt_duration(m['wall_s'])} "
+            f"elapsed, ETA {fmt_duration(left)}")

@@ -1,0 +1,103 @@
+"""Actor-critic MLPs. The observation normalizer lives inside the actor (and the critic) so
+that the exported policy carries it; the critic's output layer is PopArt-normalized."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from trot.agents.config import PPOConfig
+from trot.agents.normalization import PopArt, RunningMeanStd
+
+_ACT = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), _ACT[activation]()]
+        in_dim = h
+    return nn.Sequential(*layers)
+
+
+def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class Actor(nn.Module):
+    """Gaussian policy with a state-independent log-std. `forward` is the deterministic
+    action (the mean), the graph that export writes to ONNX after clipping."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: PPOConfig):
+        super().__init__()
+        self.normalizer = RunningMeanStd(obs_dim) if cfg.obs_norm else nn.Identity()
+        self.torso = mlp(obs_dim, cfg.actor_hidden, cfg.activation)
+        width = cfg.actor_hidden[-1] if cfg.actor_hidden else obs_dim
+        self.mean = _init_linear(nn.Linear(width, action_dim), 0.01)
+        self.log_std = nn.Parameter(torch.full((action_dim,), cfg.init_log_std))
+
+    def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]
+        return self.mean(self.torso(self.normalizer(obs)))
+
+    def dist(self, obs: Tensor) -> torch.distributions.Normal:
+        mean = self(obs)
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+
+class Critic(nn.Module):
+    """V(s). `forward` is the PopArt-normalized value; `value` the value in reward units."""
+
+    def __init__(self, obs_dim: int, cfg: PPOConfig, torso: nn.Sequential | None = None,
+                 normalizer: nn.Module | None = None):
+        super().__init__()
+        if normalizer is None:
+            normalizer = RunningMeanStd(obs_dim) if cfg.obs_norm else nn.Identity()
+        self.normalizer = normalizer
+        self.torso = torso if torso is not None else mlp(obs_dim, cfg.critic_hidden,
+                                                          cfg.activation)
+        hidden = cfg.actor_hidden if torso is not None else cfg.critic_hidden
+        width = hidden[-1] if hidden else obs_dim
+        self.head = _init_linear(nn.Linear(width, 1), 1.0)
+        self.popart = PopArt(self.head, cfg.popart_beta) if cfg.popart else None
+
+    def forward(self, obs: Tensor) -> Tensor:  # [B, C] -> [B]
+        return self.head(self.torso(self.normalizer(obs))).squeeze(-1)
+
+    def value(self, obs: Tensor) -> Tensor:  # [B, C] -> [B], unnormalized
+        v = self(obs)
+        return self.popart.denormalize(v) if self.popart is not None else v
+
+    def normalize_targets(self, x: Tensor) -> Tensor:
+        return self.popart.normalize(x) if self.popart is not None else x
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, cfg: PPOConfig):
+        super().__init__()
+        self.actor = Actor(obs_dim, action_dim, cfg)
+        if cfg.share_torso:
+            if critic_obs_dim != obs_dim:
+                raise ValueError("share_torso needs the critic to see the policy observation; "
+                                 f"this task's critic has {critic_obs_dim} dims, policy {obs_dim}")
+            self.critic = Critic(obs_dim, cfg, self.actor.torso, self.actor.normalizer)
+        else:
+            self.critic = Critic(critic_obs_dim, cfg)
+        self.shared = cfg.share_torso
+
+    @torch.no_grad()
+    def update_normalizers(self, obs: Tensor, critic_obs: Tensor) -> None:
+        """obs [B, P], critic_obs [B, C]: fold a batch into the running statistics."""
+        if isinstance(self.actor.normalizer, RunningMeanStd):
+            self.actor.normalizer.update(obs)
+            if not self.shared:
+                self.critic.normalizer.update(critic_obs)
+
+
+def gaussian_kl(mu0: Tensor, log_std0: Tensor, mu1: Tensor, log_std1: Tensor) -> Tensor:
+    """KL(N0 || N1) summed over the action dimension: [B, A] -> [B]."""
+    var0, var1 = (2 * log_std0).exp(), (2 * log_std1).exp()
+    kl = log_std1 - log_std0 + (var0 + (mu0 - mu1).square()) / (2 * var1) - 0.5
+    return kl.sum(-1)
+

@@ -1,0 +1,133 @@
+"""PPO, and A2C as its special case (`PPOConfig.as_a2c()`: one epoch, one minibatch, no
+clipping, where the surrogate ratio * A has exactly the gradient of log pi * A).
+
+Everything stays on the device: the KL-adaptive learning rate is a tensor that the
+optimizer reads, updated with `torch.where`, so no minibatch waits for the host.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from trot.agents.advantages import compute_gae
+from trot.agents.config import PPOConfig
+from trot.agents.networks import ActorCritic, gaussian_kl
+from trot.agents.storage import Batch, Rollout
+
+LR_BOUNDS = (1e-5, 1e-2)
+
+
+def surrogate_loss(log_probs: Tensor, old_log_probs: Tensor, adv: Tensor, clip: bool,
+                   clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
+    """Clipped surrogate (to minimise) and the fraction of samples clipped. All [B]."""
+    ratio = (log_probs - old_log_probs).exp()
+    if not clip:  # d/dθ (ratio * A) at ratio = 1 is A * d/dθ log π: the A2C gradient
+        return -(ratio * adv).mean(), torch.zeros((), device=adv.device)
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = -torch.minimum(ratio * adv, clipped * adv).mean()
+    frac = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).float().mean()
+    return loss, frac
+
+
+def value_loss(pred: Tensor, old: Tensor, target: Tensor, clip: float) -> Tensor:
+    """Mean squared error of normalized values [B], optionally clipped around `old`."""
+    err = (pred - target).square()
+    if clip > 0:
+        pred_c = old + (pred - old).clamp(-clip, clip)
+        err = torch.maximum(err, (pred_c - target).square())
+    return err.mean()
+
+
+def normalize_advantages(adv: Tensor) -> Tensor:
+    return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+
+def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]) -> Tensor:
+    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half."""
+    new = torch.where(kl > 2.0 * desired, lr / 1.5, torch.where(kl < 0.5 * desired,
+                                                                   lr * 1.5, lr))
+    return new.clamp(*bounds)
+
+
+class PPO:
+    """The algorithm: acting, turning a rollout into a batch, and the update."""
+
+    def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device):
+        self.ac, self.cfg, self.device = ac, cfg, device
+        self.lr = torch.tensor(cfg.learning_rate, device=device)
+        self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr)
+        lo, hi = LR_BOUNDS
+        self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
+
+    @torch.no_grad()
+    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample actions [N, A]; return them with log-probs [N] and the means [N, A]."""
+        dist = self.ac.actor.dist(obs)
+        action = dist.sample()
+        return action, dist.log_prob(action).sum(-1), dist.loc
+
+    @torch.no_grad()
+    def prepare(self, ro: Rollout) -> Batch:
+        """GAE on unnormalized values, then PopArt moves to the new returns."""
+        t, n = ro.rewards.shape
+        critic = self.ac.critic
+        next_values = critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)  # [T, N]
+        adv, ret = compute_gae(ro.rewards, ro.values, next_values, ro.terminated,
+                               ro.truncated, self.cfg.gamma, self.cfg.lam)
+        if critic.popart is not None:
+            critic.popart.update(ret.flatten())
+        if self.cfg.advantage_norm == "batch":
+            adv = normalize_advantages(adv)
+        flat = lambda x: x.flatten(0, 1)  # noqa: E731  [T, N, ...] -> [T*N, ...]
+        return Batch(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions), flat(ro.log_probs),
+                     flat(ro.action_mean), flat(adv), flat(ret), flat(ro.values))
+
+    def update(self, batch: Batch, gen: torch.Generator) -> dict[str, Tensor]:
+        """Epochs of minibatch SGD. Returns 0-d device tensors (means over minibatches)."""
+        cfg, ac = self.cfg, self.ac
+        old_log_std = ac.actor.log_std.detach().clone()  # behaviour policy's (state-free) std
+        sums = torch.zeros(7, device=self.device)
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(len(batch), generator=gen, device=self.device)
+            for idx in perm.chunk(cfg.minibatches):
+                sums += self._minibatch(batch[idx], old_log_std)
+        sums /= cfg.epochs * cfg.minibatches
+        keys = ("loss/policy", "loss/value", "entropy", "kl", "clip_fraction", "grad_norm",
+                "learning_rate")
+        return dict(zip(keys, sums.unbind()))
+
+    def _minibatch(self, b: Batch, old_log_std: Tensor) -> Tensor:
+        cfg, ac = self.cfg, self.ac
+        dist = ac.actor.dist(b.obs)
+        log_probs = dist.log_prob(b.actions).sum(-1)  # [B]
+        entropy = dist.entropy().sum(-1).mean()
+        adv = normalize_advantages(b.advantages) if cfg.advantage_norm == "minibatch" \
+            else b.advantages
+        pg, clip_frac = surrogate_loss(log_probs, b.log_probs, adv, cfg.clip, cfg.clip_low,
+                                       cfg.clip_high)
+        critic = ac.critic
+        vf = value_loss(critic(b.critic_obs), critic.normalize_targets(b.values),
+                        critic.normalize_targets(b.returns), cfg.value_clip)
+        loss = pg + cfg.value_coef * vf - cfg.entropy_coef * entropy
+
+        with torch.no_grad():
+            kl = gaussian_kl(b.action_mean, old_log_std.expand_as(b.action_mean),
+                             dist.loc, ac.actor.log_std.expand_as(dist.loc)).mean()
+            if cfg.desired_kl > 0:
+                self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        return torch.stack([pg.detach(), vf.detach(), entropy.detach(), kl, clip_frac,
+                            grad_norm, self.lr.clone()])
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr.copy_(state["lr"])
+        for g in self.optimizer.param_groups:  # keep the optimizer reading our lr tensor
+            g["lr"] = self.lr

@@ -1,0 +1,221 @@
+"""The runner: rollout -> GAE -> PopArt -> update -> one host sync -> log -> checkpoint.
+
+rsl_rl's split: the env (tasks/env.py) knows episodes, the algorithm (ppo.py) knows losses,
+the storage (storage.py) knows shapes, and this file only orders them in time.
+"""
+
+from __future__ import annotations
+
+import copy
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+import trot
+from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trot.agents.logger import RunLogger, progress_line
+from trot.agents.networks import ActorCritic
+from trot.agents.ppo import PPO
+from trot.agents.storage import Rollout
+from trot.config import TrainConfig, load_json, save_json, to_json
+from trot.tasks.env import Env
+from trot.tasks.registry import make_env
+
+MAX_CONSECUTIVE_NAN = 5
+CHECKPOINT = "checkpoint.pt"
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, env: Env):
+        cfg.validate()
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.env = cfg, env
+        self.agent_cfg = a = cfg.agent_effective
+        dev = env.device
+        self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
+        self.algo = PPO(self.ac, a, dev)
+        self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
+                                        env.critic_obs_dim, env.action_dim, dev)
+        self.gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
+        self.iteration = 0
+        self.env_steps = 0
+        self.wall_s = 0.0
+        self.nan_updates = 0
+        self._consecutive_nan = 0
+        env.reset()
+
+    # ------------------------------------------------------------------ one iteration
+    @torch.no_grad()
+    def collect(self) -> Rollout:
+        ro, env = self.storage, self.env
+        for t in range(ro.steps):
+            obs = env.obs
+            action, log_prob, mean = self.algo.act(obs.policy)
+            value = self.ac.critic.value(obs.critic)
+            res = env.step(action)
+            ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
+                     log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
+                     truncated=res.truncated, values=value,
+                     final_critic_obs=res.final_obs.critic, action_mean=mean)
+        self.env_steps += ro.steps * env.num_envs
+        return ro
+
+    def iterate(self) -> dict[str, float]:
+        """One iteration; returns plain floats after the iteration's single host sync."""
+        snapshot = self._snapshot()
+        ro = self.collect()
+        batch = self.algo.prepare(ro)
+        stats = self.algo.update(batch, self.gen)
+        self.ac.update_normalizers(batch.obs, batch.critic_obs)
+        finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
+                              if p.is_floating_point()]).all()
+        ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
+        names = list(stats) + ep_names + ["finite"]
+        values = torch.cat([torch.stack(list(stats.values())), ep_vals,
+                            finite.float()[None]]).tolist()  # the one host sync
+        m = dict(zip(names, values))
+        self.iteration += 1
+        if m.pop("finite") < 1.0:  # NaN/Inf reached the weights: undo this update
+            self._restore(snapshot)
+            self.nan_updates += 1
+            self._consecutive_nan += 1
+            if self._consecutive_nan >= MAX_CONSECUTIVE_NAN:
+                raise TrainingDiverged(
+                    f"{MAX_CONSECUTIVE_NAN} updates in a row produced NaN/Inf parameters; "
+                    "stopped with the last good checkpoint kept")
+        else:
+            self._consecutive_nan = 0
+        if m.get("episodes", 0) == 0:
+            m = {k: v for k, v in m.items() if not (k.startswith("episode_")
+                                                     or k.startswith("reward/"))}
+        m.update(iteration=self.iteration, env_steps=self.env_steps,
+                 nan_updates=self.nan_updates)
+        return m
+
+    def _snapshot(self) -> dict:
+        return copy.deepcopy({"model": self.ac.state_dict(), "algo": self.algo.state_dict()})
+
+    def _restore(self, snap: dict) -> None:
+        self.ac.load_state_dict(snap["model"])
+        self.algo.load_state_dict(snap["algo"])
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {
+            "model": self.ac.state_dict(), "algo": self.algo.state_dict(),
+            "env": self.env.state_dict(), "torch_rng": torch.get_rng_state(),
+            "gen": self.gen.get_state(), "iteration": self.iteration,
+            "env_steps": self.env_steps, "wall_s": self.wall_s,
+            "nan_updates": self.nan_updates, "config": to_json(self.cfg),
+            "trot_version": trot.__version__,
+        }
+
+    def load_state_dict(self, s: dict) -> None:
+        self.ac.load_state_dict(s["model"])
+        self.algo.load_state_dict(s["algo"])
+        self.env.load_state_dict(s["env"])
+        torch.set_rng_state(s["torch_rng"])
+        self.gen.set_state(s["gen"])
+        self.iteration, self.env_steps = s["iteration"], s["env_steps"]
+        self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
+
+    def save(self, run_dir: Path) -> None:
+        save_checkpoint(run_dir / CHECKPOINT, self.state_dict())
+
+    # ------------------------------------------------------------------ the loop
+    def done(self) -> bool:
+        c = self.cfg
+        return self.env_steps >= c.max_env_steps or (c.minutes > 0 and
+                                                      self.wall_s >= 60 * c.minutes)
+
+    def train(self, run_dir: Path, quiet: bool = False) -> Path:
+        logger = RunLogger(run_dir)
+        stop = _StopFlag()
+        start = time.monotonic() - self.wall_s
+        last = (time.monotonic(), self.env_steps)
+        try:
+            with stop.installed():
+                while not self.done() and not stop.requested:
+                    m = self.iterate()
+                    self.wall_s = time.monotonic() - start
+                    now = time.monotonic()
+                    m["wall_s"] = self.wall_s
+                    m["steps_per_s"] = (self.env_steps - last[1]) / max(now - last[0], 1e-9)
+                    last = (now, self.env_steps)
+                    logger.log(m)
+                    if not quiet and self.iteration % self.cfg.log_every == 0:
+                        print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
+                              flush=True)
+                    if self.iteration % self.cfg.checkpoint_every == 0:
+                        self.save(run_dir)
+        finally:
+            logger.close()
+        self.save(run_dir)
+        if stop.requested:
+            print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
+                  f"  trot train --resume {run_dir}", flush=True)
+        return run_dir
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM finish the current iteration, then checkpoint. A second SIGINT aborts."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def installed(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+
+        return ctx()
+
+
+def build(cfg: TrainConfig) -> Trainer:
+    cfg.validate()  # before any env is built
+    env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device, cfg.seed, cfg.env)
+    return Trainer(cfg, env)
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    if cfg.run_dir:
+        return Path(cfg.run_dir)
+    return Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
+
+
+def start_run(cfg: TrainConfig) -> tuple[Trainer, Path]:
+    trainer = build(cfg)
+    run_dir = new_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run_dir / "config.json", cfg)
+    return trainer, run_dir
+
+
+def resume_run(run_dir: Path, extend_steps: int | None = None) -> Trainer:
+    """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise CheckpointError(f"{run_dir} is not a trot run directory (no config.json)")
+    state = load_checkpoint(run_dir / CHECKPOINT)
+    cfg = load_json(run_dir / "config.json")
+    trainer = build(cfg)
+    trainer.load_state_dict(state)
+    return trainer

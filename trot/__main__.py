@@ -1,0 +1,5 @@
+import sys
+
+from trot.cli import main
+
+sys.exit(main())

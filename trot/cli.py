@@ -1,0 +1,175 @@
+"""`trot` and `python -m trot`: one CLI, generated from the frozen config dataclasses.
+
+    trot list
+    trot sim-bench TASK [--num-envs N]
+    trot train TASK [--algo ppo|a2c] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
+    trot train --resume RUN_DIR
+    trot eval RUN_DIR [--episodes K] [--json]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+USAGE = __doc__
+
+
+@dataclass(frozen=True)
+class SimBenchArgs:
+    num_envs: int = 1024
+    """parallel envs"""
+    steps: int = 200
+    """control steps per measurement"""
+
+
+@dataclass(frozen=True)
+class ResumeArgs:
+    resume: str
+    """run directory to continue"""
+    max_env_steps: int | None = None
+    """raise the run's step budget (default: keep it)"""
+    minutes: float | None = None
+    """raise the run's wall-clock budget (default: keep it)"""
+
+
+@dataclass(frozen=True)
+class EvalArgs:
+    episodes: int = 32
+    """episodes, one per env, deterministic policy"""
+    json: bool = False
+    """print one JSON object instead of a table"""
+    seed: int = 12345
+    """seed for start states and commands"""
+
+
+def _fail(msg: str) -> int:
+    print(f"trot: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def cmd_list(_args: list[str]) -> int:
+    from trot.tasks.registry import get_task, task_names
+
+    for name in task_names():
+        print(f"{name:<24} {get_task(name).description}")
+    return 0
+
+
+def cmd_sim_bench(args: list[str]) -> int:
+    import trot
+    from trot.bench import env_loop, sim_only
+
+    if not args or args[0].startswith("-"):
+        return _fail("usage: trot sim-bench TASK [--num-envs N] [--steps S]")
+    a = tyro.cli(SimBenchArgs, args=args[1:], prog="trot sim-bench TASK")
+    env = trot.make_env(args[0], num_envs=a.num_envs)
+    sim, loop = sim_only(env, a.steps), env_loop(env, a.steps)
+    print(f"{args[0]}: N={a.num_envs}, substeps={env.sim.substeps}, "
+          f"threads={getattr(env.sim, 'nthread', '-')}")
+    print(f"  physics only : {sim:>12,.0f} physics steps/s")
+    print(f"  env loop     : {loop:>12,.0f} physics steps/s "
+          f"({loop / env.sim.substeps:,.0f} env steps/s)")
+    return 0
+
+
+def parse_train(args: list[str]):
+    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`."""
+    from trot.agents.config import PPOConfig
+    from trot.config import TrainConfig
+    from trot.tasks.registry import get_task
+
+    entry = get_task(args[0])
+    cls = dataclasses.make_dataclass(
+        "TrainConfig", [("env", type(entry.config), dataclasses.field(
+            default_factory=lambda: entry.config))], bases=(TrainConfig,), frozen=True)
+    cls.__doc__ = f"Train {entry.name}: {entry.description}"
+    default = cls(task=entry.name, agent=entry.agent or PPOConfig(), env=entry.config)
+    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"trot train {entry.name}")
+    if parsed.task != entry.name:
+        raise ValueError("give the task as the first argument, not --task")
+    return TrainConfig(**{f.name: getattr(parsed, f.name)
+                          for f in dataclasses.fields(TrainConfig)})
+
+
+def cmd_train(args: list[str]) -> int:
+    from trot.agents.checkpoint import CheckpointError
+    from trot.agents.trainer import resume_run, start_run
+
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    try:
+        if args[0].startswith("--resume"):
+            r = tyro.cli(ResumeArgs, args=args, prog="trot train")
+            trainer = resume_run(Path(r.resume))
+            trainer.cfg = dataclasses.replace(
+                trainer.cfg, **{k: v for k, v in (("max_env_steps", r.max_env_steps),
+                                                  ("minutes", r.minutes)) if v is not None})
+            run_dir = Path(r.resume)
+            print(f"resuming {run_dir} at iteration {trainer.iteration}", flush=True)
+        else:
+            trainer, run_dir = start_run(parse_train(args))
+            print(f"run directory: {run_dir}", flush=True)
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return _fail(str(e))
+    trainer.train(run_dir)
+    if trainer.cfg.export:
+        _export_after_training(run_dir)
+    print(run_dir)
+    return 0
+
+
+def _export_after_training(run_dir: Path) -> None:
+    try:
+        from trot.export.onnx import export_run
+    except ImportError:  # export extra not installed, or the module not there yet
+        return
+    export_run(run_dir)
+
+
+def cmd_eval(args: list[str]) -> int:
+    from trot.agents.checkpoint import CheckpointError
+    from trot.agents.evaluate import evaluate
+
+    if not args or args[0].startswith("-"):
+        return _fail("usage: trot eval RUN_DIR [--episodes K] [--json]")
+    a = tyro.cli(EvalArgs, args=args[1:], prog="trot eval RUN_DIR")
+    try:
+        out = evaluate(Path(args[0]), a.episodes, a.seed)
+    except (ValueError, CheckpointError) as e:
+        return _fail(str(e))
+    if a.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        for k, v in out.items():
+            print(f"{k:<28} {v if v is None else f'{v:.4g}'}")
+    return 0
+
+
+COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
+            "eval": cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        print("commands: " + ", ".join(COMMANDS))
+        return 0 if argv else 2
+    cmd = COMMANDS.get(argv[0])
+    if cmd is None:
+        return _fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
+    try:
+        return cmd(argv[1:])
+    except ValueError as e:  # bad task name etc.: a message, not a traceback
+        return _fail(str(e))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

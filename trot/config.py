@@ -1,0 +1,94 @@
+"""The run configuration: one frozen dataclass whose field docstrings are the CLI's help.
+
+`trot train TASK --agent.learning-rate 3e-4 --env.episode-seconds 5` overrides one field;
+the task's own config class and tuned agent defaults come from the registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from trot.agents.config import PPOConfig
+from trot.tasks.base import TaskConfig
+
+ALGOS = ("ppo", "a2c")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "cartpole-balance"
+    """registered task name (see `trot list`)"""
+    algo: Literal["ppo", "a2c"] = "ppo"
+    """ppo, or a2c (PPO with one epoch, one minibatch, no clipping)"""
+    num_envs: int = 1024
+    """parallel simulated robots"""
+    seed: int = 0
+    """seeds the envs, the network init and the sampling"""
+    device: str = "cpu"
+    """learner and sim device: cpu, cuda, cuda:K"""
+    sim: str = "cpu"
+    """physics backend: cpu (MuJoCo C) or mjx"""
+    max_env_steps: int = 5_000_000
+    """stop after this many env steps (control steps x envs)"""
+    minutes: float = 0.0
+    """stop after this much wall-clock (0: no limit)"""
+    run_dir: str | None = None
+    """where to write the run (default runs/<task>/<timestamp>)"""
+    checkpoint_every: int = 20
+    """iterations between checkpoints (one is always written at the end)"""
+    log_every: int = 5
+    """iterations between progress lines"""
+    export: bool = True
+    """export policy.onnx + policy.json at the end of training"""
+    agent: PPOConfig = field(default_factory=PPOConfig)
+    """learner settings"""
+    env: TaskConfig | None = None
+    """task settings (the task's own config class); None: the task's registered defaults"""
+
+    @property
+    def agent_effective(self) -> PPOConfig:
+        """The settings the update actually runs with (A2C folds into PPO here)."""
+        return self.agent.as_a2c() if self.algo == "a2c" else self.agent
+
+    def validate(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"unknown algo {self.algo!r}; accepted: {', '.join(ALGOS)}")
+        if self.num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive integer, got {self.num_envs}")
+        if self.max_env_steps <= 0 or self.minutes < 0:
+            raise ValueError("max_env_steps must be > 0 and minutes >= 0")
+        self.agent_effective.validate(self.num_envs)
+
+
+def to_json(cfg: TrainConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(cfg)
+    d["env_type"] = None if cfg.env is None else type(cfg.env).__name__
+    return d
+
+
+def from_json(d: dict[str, Any]) -> TrainConfig:
+    """Rebuild a TrainConfig saved by `to_json`; the task's config class comes from the
+    registry, so an unknown field is an error rather than silently dropped."""
+    from trot.tasks.registry import get_task
+
+    d = dict(d)
+    d.pop("env_type", None)
+    entry = get_task(d["task"])
+    agent = d.pop("agent")
+    agent["actor_hidden"] = tuple(agent["actor_hidden"])
+    agent["critic_hidden"] = tuple(agent["critic_hidden"])
+    env_fields = d.pop("env")
+    env = None if env_fields is None else type(entry.config)(**env_fields)
+    return TrainConfig(**d, agent=PPOConfig(**agent), env=env)
+
+
+def save_json(path: Path, cfg: TrainConfig) -> None:
+    path.write_text(json.dumps(to_json(cfg), indent=2, sort_keys=True))
+
+
+def load_json(path: Path) -> TrainConfig:
+    return from_json(json.loads(path.read_text()))

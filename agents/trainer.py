@@ -34,6 +34,8 @@ class TrainingDiverged(RuntimeError):
 class Trainer:
     def __init__(self, cfg: TrainConfig, env: Env):
         cfg.validate()
+        if cfg.torch_threads > 0:
+            torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
         self.cfg, self.env = cfg, env
         self.agent_cfg = a = cfg.agent_effective

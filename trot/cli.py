@@ -62,12 +62,15 @@ def cmd_list(_args: list[str]) -> int:
 
 
 def cmd_sim_bench(args: list[str]) -> int:
+    import torch
+
     import trot
     from trot.bench import env_loop, sim_only
 
     if not args or args[0].startswith("-"):
         return _fail("usage: trot sim-bench TASK [--num-envs N] [--steps S]")
     a = tyro.cli(SimBenchArgs, args=args[1:], prog="trot sim-bench TASK")
+    torch.set_num_threads(1)  # the cores belong to MuJoCo's threads
     env = trot.make_env(args[0], num_envs=a.num_envs)
     sim, loop = sim_only(env, a.steps), env_loop(env, a.steps)
     print(f"{args[0]}: N={a.num_envs}, substeps={env.sim.substeps}, "

@@ -42,6 +42,8 @@ class TrainConfig:
     """iterations between checkpoints (one is always written at the end)"""
     log_every: int = 5
     """iterations between progress lines"""
+    torch_threads: int = 1
+    """CPU threads for torch ops (0: torch's default). 1 avoids fighting MuJoCo's threads"""
     export: bool = True
     """export policy.onnx + policy.json at the end of training"""
     agent: PPOConfig = field(default_factory=PPOConfig)

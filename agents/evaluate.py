@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,9 +14,9 @@ from torch import Tensor
 from trot.agents.checkpoint import load_checkpoint
 from trot.agents.networks import ActorCritic
 from trot.agents.trainer import CHECKPOINT
-from trot.config import load_json
+from trot.config import TrainConfig, load_json
 from trot.tasks.env import Env
-from trot.tasks.registry import make_env
+from trot.tasks.registry import get_task, make_env
 
 
 @torch.no_grad()
@@ -60,19 +61,34 @@ def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
     return played[len(played) // 2:]
 
 
+@dataclass
+class LoadedRun:
+    cfg: TrainConfig
+    state: dict
+    env: Env
+    ac: ActorCritic
+
+
+def load_run(run_dir: Path, num_envs: int, seed: int = 12345,
+             device: str = "cpu") -> LoadedRun:
+    """A run's config and checkpoint, with a fresh noise-free env of num_envs."""
+    state = load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=device)
+    cfg = load_json(Path(run_dir) / "config.json")
+    task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
+    env = make_env(cfg.task, num_envs, cfg.sim, device, seed,
+                   dataclasses.replace(task_cfg, obs_noise=False))
+    ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
+    ac.load_state_dict(state["model"])
+    return LoadedRun(cfg, state, env, ac.to(device).eval())
+
+
 def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345,
              device: str = "cpu") -> dict[str, float | None]:
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    state = load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=device)
-    cfg = load_json(Path(run_dir) / "config.json")
-    env_cfg = dataclasses.replace(cfg.env, obs_noise=False)
-    env = make_env(cfg.task, episodes, cfg.sim, device, seed, env_cfg)
-    ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
-    ac.load_state_dict(state["model"])
-    ac.to(device).eval()
-    out: dict[str, float | None] = dict(run_episodes(env, ac.actor, episodes))
-    out["env_steps"] = float(state["env_steps"])
-    mr = env.task.max_return()
+    run = load_run(run_dir, episodes, seed, device)
+    out: dict[str, float | None] = dict(run_episodes(run.env, run.ac.actor, episodes))
+    out["env_steps"] = float(run.state["env_steps"])
+    mr = run.env.task.max_return()
     out["max_return"] = mr if mr is None or math.isfinite(mr) else None
     return out

@@ -91,9 +91,19 @@ class Task(ABC, Generic[C]):
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Before physics each step: resample commands on schedule, pushes, ..."""
 
-    @abstractmethod
+    def action_affine(self, model: mujoco.MjModel) -> tuple[list[float], list[float]]:
+        """Per-actuator (scale, offset): ctrl = offset + scale * action. The export writes
+        exactly these numbers, so the robot maps actions as training did. Default: identity."""
+        return [1.0] * model.nu, [0.0] * model.nu
+
+    def bind_actions(self, sim: BatchedSim) -> None:
+        scale, offset = self.action_affine(sim.model)
+        self.action_scale = torch.tensor(scale, dtype=torch.float32, device=sim.device)
+        self.action_offset = torch.tensor(offset, dtype=torch.float32, device=sim.device)
+
     def action_to_ctrl(self, action: Tensor) -> Tensor:
-        """[N, A] in [-1, 1] -> ctrl [N, nu]."""
+        """[N, A] in [-1, 1] -> ctrl [N, nu]. Override to add latency or filtering."""
+        return self.action_offset + self.action_scale * action
 
     @abstractmethod
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:

@@ -71,9 +71,6 @@ class Cartpole(Task[CartpoleConfig]):
             qpos[:, 1] += math.pi
         return qpos, u(n, 2) * c.init_noise
 
-    def action_to_ctrl(self, action: Tensor) -> Tensor:
-        return action  # the motor's ctrlrange is [-1, 1]; gear 10 N
-
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         if not self.config.swingup:
             alive = torch.ones(sim.num_envs, device=sim.device)

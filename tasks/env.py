@@ -84,6 +84,7 @@ class Env:
         self.max_episode_steps = max(1, round(task.config.episode_seconds / self.control_dt))
         self.seed = seed
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        task.bind_actions(sim)
         task.bind(sim)
         n, dev = self.num_envs, self.device
         self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)

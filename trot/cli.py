@@ -5,6 +5,8 @@
     trot train TASK [--algo ppo|a2c] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train --resume RUN_DIR
     trot eval RUN_DIR [--episodes K] [--json]
+    trot export RUN_DIR [--out DIR]
+    trot sim2sim RUN_DIR [--episodes K] [--json]
 """
 
 from __future__ import annotations
@@ -147,16 +149,62 @@ def cmd_eval(args: list[str]) -> int:
         out = evaluate(Path(args[0]), a.episodes, a.seed)
     except (ValueError, CheckpointError) as e:
         return _fail(str(e))
-    if a.json:
+    _print_result(out, a.json)
+    return 0
+
+
+@dataclass(frozen=True)
+class ExportArgs:
+    out: str | None = None
+    """directory for policy.onnx, policy.json and model.xml (default: the run directory)"""
+
+
+@dataclass(frozen=True)
+class Sim2SimArgs:
+    episodes: int = 10
+    """episodes in one plain MuJoCo simulation, played one after another"""
+    json: bool = False
+    """print one JSON object (same keys as `trot eval --json`)"""
+    seed: int = 12345
+    """seed for start states and commands"""
+    trajectory: str | None = None
+    """write qpos, qvel and actions per step to this .npz"""
+
+
+def cmd_export(args: list[str]) -> int:
+    from trot.export.onnx import ExportError, export_run
+
+    if not args or args[0].startswith("-"):
+        return _fail("usage: trot export RUN_DIR [--out DIR]")
+    a = tyro.cli(ExportArgs, args=args[1:], prog="trot export RUN_DIR")
+    try:
+        export_run(Path(args[0]), None if a.out is None else Path(a.out))
+    except ExportError as e:
+        return _fail(str(e))
+    return 0
+
+
+def cmd_sim2sim(args: list[str]) -> int:
+    from trot.export.sim2sim import run_sim2sim
+
+    if not args or args[0].startswith("-"):
+        return _fail("usage: trot sim2sim RUN_DIR [--episodes K] [--json]")
+    a = tyro.cli(Sim2SimArgs, args=args[1:], prog="trot sim2sim RUN_DIR")
+    traj = None if a.trajectory is None else Path(a.trajectory)
+    _print_result(run_sim2sim(Path(args[0]), a.episodes, a.seed, traj), a.json)
+    return 0
+
+
+def _print_result(out: dict, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(out, sort_keys=True))
     else:
         for k, v in out.items():
             print(f"{k:<28} {v if v is None else f'{v:.4g}'}")
-    return 0
 
 
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
-            "eval": cmd_eval}
+            "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
     try:
         return cmd(argv[1:])
-    except ValueError as e:  # bad task name etc.: a message, not a traceback
+    except (ValueError, OSError) as e:  # bad names, missing files: a message, not a trace
         return _fail(str(e))
 
 

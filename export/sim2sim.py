@@ -1,0 +1,97 @@
+"""`trot sim2sim RUN_DIR`: the exported policy drives one plain MuJoCo simulation (MjData,
+mj_step) built from the exported model.xml, through the torch-free runner, exactly the
+path a robot takes. The task's own code only samples start states and scores the result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import torch
+
+from trot.config import load_json
+from trot.export.runner import ObservationBuilder, OnnxPolicy
+from trot.tasks.registry import get_task
+from trot.sim.base import sensor_slices, sensor_view
+
+
+class PlainSim:
+    """One MjData seen through the read side of `BatchedSim` (N = 1), for scoring."""
+
+    def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, substeps: int):
+        self.model, self.data, self.substeps = model, data, substeps
+        self.num_envs, self.device = 1, torch.device("cpu")
+        self.control_dt = float(model.opt.timestep) * substeps
+        self._sensors = sensor_slices(model)
+        self.unstable = torch.zeros(1, dtype=torch.bool)
+        self.refresh()
+
+    def refresh(self) -> None:
+        d = self.data
+        self.qpos = torch.tensor(d.qpos, dtype=torch.float32)[None]
+        self.qvel = torch.tensor(d.qvel, dtype=torch.float32)[None]
+        self.sensordata = torch.tensor(d.sensordata, dtype=torch.float32)[None]
+
+    def sensor(self, name: str) -> torch.Tensor:
+        return sensor_view(self, self._sensors, name)
+
+    def params(self, field: str) -> torch.Tensor:
+        return torch.as_tensor(np.array(getattr(self.model, field)), dtype=torch.float32)[None]
+
+
+def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
+                trajectory: Path | None = None) -> dict[str, float | None]:
+    if episodes <= 0:
+        raise ValueError(f"episodes must be a positive integer, got {episodes}")
+    run_dir = Path(run_dir)
+    policy = OnnxPolicy(run_dir)
+    cfg = load_json(run_dir / "config.json")
+    entry = get_task(cfg.task)
+    task = entry.task_cls(cfg.env if cfg.env is not None else entry.config)
+    model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
+    data = mujoco.MjData(model)
+    sim = PlainSim(model, data, int(policy.contract["substeps"]))
+    task.bind_actions(sim)
+    task.bind(sim)
+    builder = ObservationBuilder(policy.contract, model)
+    gen = torch.Generator().manual_seed(seed)
+    max_steps = max(1, round(task.config.episode_seconds / sim.control_dt))
+    returns, lengths, falls, traj = [], [], 0, []
+    everyone = torch.ones(1, dtype=torch.bool)
+    for _ in range(episodes):
+        qpos, qvel = task.initial_state(sim, gen)
+        mujoco.mj_resetData(model, data)
+        data.qpos[:], data.qvel[:] = qpos[0].double().numpy(), qvel[0].double().numpy()
+        mujoco.mj_forward(model, data)
+        sim.refresh()
+        task.on_reset(sim, everyone, gen)
+        builder.last_action[:] = 0.0
+        ret, steps = 0.0, 0
+        for steps in range(1, max_steps + 1):
+            if task.command is not None:
+                builder.command[:] = task.command[0].numpy()
+            action = np.clip(policy.act(builder.build(data)), -1.0, 1.0)
+            task.pre_step(sim, gen)
+            data.ctrl[:] = policy.ctrl(action)
+            for _ in range(sim.substeps):
+                mujoco.mj_step(model, data)
+            sim.refresh()
+            builder.last_action[:] = action
+            act_t = torch.tensor(action, dtype=torch.float32)[None]
+            ret += float(task.reward(sim, act_t)[0][0])
+            if trajectory is not None:
+                traj.append(np.concatenate([data.qpos, data.qvel, action]))
+            if bool(task.terminated(sim)[0]):
+                falls += 1
+                break
+        returns.append(ret)
+        lengths.append(steps)
+    if trajectory is not None:
+        np.savez(trajectory, steps=np.asarray(traj), nq=model.nq, nv=model.nv)
+    r = np.asarray(returns)
+    return {"mean_return": float(r.mean()), "std_return": float(r.std()),
+            "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
+            "terminated_rate": falls / episodes,
+            "env_steps": float(policy.contract["training_env_steps"]),
+            "max_return": task.max_return()}

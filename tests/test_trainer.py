@@ -1,0 +1,276 @@
+"""The training loop (`trot.agents.trainer`): bitwise resume, checkpoint errors and atomic
+writes, the NaN-update guard, and a short learning run on cartpole-balance."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trot.agents.checkpoint import CheckpointError, atomic_write, load_checkpoint
+from trot.agents.config import PPOConfig
+from trot.agents.trainer import (CHECKPOINT, MAX_CONSECUTIVE_NAN, TrainingDiverged, build,
+                                 resume_run)
+from trot.config import TrainConfig, save_json
+
+TASK = "cartpole-balance"
+WALL_KEYS = ("wall_s", "steps_per_s")
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path, monkeypatch):
+    """MuJoCo may write MUJOCO_LOG.TXT into the cwd; the Trainer sets torch's thread count
+    and seeds the global RNG: keep both from leaking into other tests."""
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    rng = torch.get_rng_state()
+    yield
+    torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+
+
+def _cfg(tmp_path: Path, name: str = "run", num_envs: int = 32, **agent_kw) -> TrainConfig:
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(32, 32),
+                                rollout_steps=8, **agent_kw)
+    return TrainConfig(task=TASK, num_envs=num_envs, agent=agent, max_env_steps=10**7,
+                       run_dir=str(tmp_path / name))
+
+
+def _new_run(cfg: TrainConfig):
+    trainer = build(cfg)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run_dir / "config.json", cfg)
+    return trainer, run_dir
+
+
+def _no_wall(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k not in WALL_KEYS}
+
+
+def _assert_same(a, b, path="") -> None:
+    """Bitwise equality of nested dicts/lists of tensors and plain values."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), path
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        assert torch.equal(a, b), f"{path} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _assert_same(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _dir_contents(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _all_finite(obj) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return not obj.is_floating_point() or bool(obj.isfinite().all())
+    if isinstance(obj, dict):
+        return all(_all_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(_all_finite(v) for v in obj)
+    return True
+
+
+# ---------------------------------------------------------------------- resume
+def test_resume_is_bitwise_identical_to_straight_run(tmp_path):
+    K = 3
+    cfg = _cfg(tmp_path)
+
+    straight = build(cfg)
+    m_straight = [_no_wall(straight.iterate()) for _ in range(2 * K)]
+    rng_straight = torch.get_rng_state()  # the policy samples from the global RNG
+
+    first, run_dir = _new_run(cfg)
+    m_split = [_no_wall(first.iterate()) for _ in range(K)]
+    first.save(run_dir)
+    del first
+    torch.rand(1000)  # a new process would start from another global RNG state
+    torch.manual_seed(12345)
+    second = resume_run(run_dir)
+    assert second.iteration == K and second.env_steps == K * 8 * 32
+    m_split += [_no_wall(second.iterate()) for _ in range(K)]
+
+    assert [m["iteration"] for m in m_split] == list(range(1, 2 * K + 1))
+    assert m_split == m_straight  # every metric, float for float
+    _assert_same(second.ac.state_dict(), straight.ac.state_dict(), "model")
+    _assert_same(second.algo.optimizer.state_dict(), straight.algo.optimizer.state_dict(),
+                 "optimizer")
+    _assert_same(second.algo.lr, straight.algo.lr, "lr")
+    _assert_same(second.env.state_dict(), straight.env.state_dict(), "env")
+    _assert_same(second.gen.get_state(), straight.gen.get_state(), "gen")
+    _assert_same(torch.get_rng_state(), rng_straight, "torch_rng")
+    assert second.env_steps == straight.env_steps and second.iteration == straight.iteration
+
+
+def test_checkpoint_holds_the_whole_training_state(tmp_path):
+    cfg = _cfg(tmp_path)
+    trainer, run_dir = _new_run(cfg)
+    for _ in range(2):
+        trainer.iterate()
+    trainer.save(run_dir)
+    s = load_checkpoint(run_dir / CHECKPOINT)
+    for key in ("model", "algo", "env", "torch_rng", "gen", "iteration", "env_steps",
+                "wall_s", "nan_updates", "config"):
+        assert key in s, key
+    assert set(s["algo"]) >= {"optimizer", "lr"}
+    assert s["algo"]["optimizer"]["state"], "Adam moments missing"
+    model = s["model"]
+    for buf in ("actor.normalizer.mean", "actor.normalizer.var", "actor.normalizer.count",
+                "critic.normalizer.mean", "critic.popart.mu", "critic.popart.nu",
+                "critic.popart.count"):
+        assert buf in model, buf
+    assert model["critic.popart.count"].item() == 2.0
+    assert model["actor.normalizer.count"].item() == 2 * 8 * 32
+    assert set(s["env"]) >= {"sim", "task", "episode_step", "last_action", "gen", "running",
+                             "obs"}
+    assert s["iteration"] == 2 and s["env_steps"] == 2 * 8 * 32 and s["nan_updates"] == 0
+    assert s["config"]["num_envs"] == 32
+
+
+# ---------------------------------------------------------------------- checkpoint errors
+def test_resume_from_missing_checkpoint(tmp_path):
+    cfg = _cfg(tmp_path)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir()
+    save_json(run_dir / "config.json", cfg)
+    (run_dir / "metrics.csv").write_text("iteration\n1\n")
+    before = _dir_contents(run_dir)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        resume_run(run_dir)
+    assert _dir_contents(run_dir) == before
+
+
+def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
+    with pytest.raises(CheckpointError, match="not a trot run directory"):
+        resume_run(tmp_path / "nope")
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_resume_from_corrupt_checkpoint(tmp_path, damage):
+    cfg = _cfg(tmp_path)
+    trainer, run_dir = _new_run(cfg)
+    trainer.iterate()
+    trainer.save(run_dir)
+    ckpt = run_dir / CHECKPOINT
+    if damage == "garbage":
+        ckpt.write_bytes(b"\x00not a checkpoint\xff" * 37)
+    else:
+        ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    before = _dir_contents(run_dir)
+    with pytest.raises(CheckpointError, match="corrupt or unreadable") as e:
+        resume_run(run_dir)
+    assert str(ckpt) in str(e.value)
+    assert _dir_contents(run_dir) == before
+
+
+# ---------------------------------------------------------------------- atomic writes
+def test_save_leaves_no_temp_files_and_failed_write_keeps_previous(tmp_path):
+    cfg = _cfg(tmp_path)
+    trainer, run_dir = _new_run(cfg)
+    trainer.iterate()
+    trainer.save(run_dir)
+    trainer.save(run_dir)  # overwrite an existing checkpoint
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json"]
+    good = (run_dir / CHECKPOINT).read_bytes()
+
+    def partial(tmp: Path) -> None:
+        tmp.write_bytes(good[:100])
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(run_dir / CHECKPOINT, partial)
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json"]
+    assert (run_dir / CHECKPOINT).read_bytes() == good
+
+    def interrupted(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(run_dir / CHECKPOINT, interrupted)
+    assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json"]
+    assert (run_dir / CHECKPOINT).read_bytes() == good
+    assert load_checkpoint(run_dir / CHECKPOINT)["iteration"] == 1
+
+
+def test_atomic_write_creates_new_file(tmp_path):
+    target = tmp_path / "sub" / "f.bin"
+    atomic_write(target, lambda p: p.write_bytes(b"abc"))
+    assert target.read_bytes() == b"abc"
+    assert os.listdir(target.parent) == ["f.bin"]
+
+
+# ---------------------------------------------------------------------- NaN guard
+def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path):
+    cfg = _cfg(tmp_path)
+    trainer, run_dir = _new_run(cfg)
+    for _ in range(2):
+        trainer.iterate()
+    trainer.save(run_dir)
+    good_lr = trainer.algo.lr.item()
+
+    before = copy.deepcopy(trainer.ac.state_dict())
+    opt_before = copy.deepcopy(trainer.algo.optimizer.state_dict())
+    trainer.algo.lr.fill_(float("nan"))  # the next Adam step writes NaN into every weight
+    m = trainer.iterate()
+    assert m["nan_updates"] == 1 and trainer.nan_updates == 1
+    assert m["iteration"] == 3
+    _assert_same(trainer.ac.state_dict(), before, "model")  # the update was undone
+    _assert_same(trainer.algo.optimizer.state_dict()["state"], opt_before["state"], "adam")
+
+    trainer.algo.lr.fill_(good_lr)  # a healthy update afterwards goes through
+    m = trainer.iterate()
+    assert m["nan_updates"] == 1
+    assert _all_finite(trainer.ac.state_dict())
+    assert any(not torch.equal(v, trainer.ac.state_dict()[k]) for k, v in before.items())
+
+    last_good = copy.deepcopy(trainer.ac.state_dict())
+    trainer.algo.lr.fill_(float("nan"))
+    for i in range(MAX_CONSECUTIVE_NAN - 1):
+        m = trainer.iterate()
+        assert m["nan_updates"] == 2 + i
+    with pytest.raises(TrainingDiverged, match=str(MAX_CONSECUTIVE_NAN)):
+        trainer.iterate()
+    _assert_same(trainer.ac.state_dict(), last_good, "model")  # still the last good weights
+
+    s = load_checkpoint(run_dir / CHECKPOINT)
+    assert s["iteration"] == 2 and _all_finite(s["model"]) and _all_finite(s["algo"])
+    resumed = resume_run(run_dir)
+    assert resumed.iteration == 2
+    assert math.isfinite(resumed.iterate()["loss/value"])
+
+
+# ---------------------------------------------------------------------- learning
+def test_ppo_learns_cartpole_balance(tmp_path):
+    """~12 s here (2 cores); budget 60 s."""
+    cfg = dataclasses.replace(_cfg(tmp_path, num_envs=256), agent=dataclasses.replace(
+        PPOConfig(), rollout_steps=16))
+    trainer = build(cfg)
+    t0 = time.monotonic()
+    returns = []
+    for _ in range(40):
+        m = trainer.iterate()
+        if "episode_return" in m:
+            returns.append(m["episode_return"])
+    elapsed = time.monotonic() - t0
+    assert trainer.nan_updates == 0
+    first = sum(returns[:3]) / 3
+    last = sum(returns[-8:]) / 8
+    assert last > 3 * first and last > 100, (first, last, returns)
+    assert elapsed < 60, elapsed

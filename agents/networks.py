@@ -43,7 +43,8 @@ class Actor(nn.Module):
 
     def dist(self, obs: Tensor) -> torch.distributions.Normal:
         mean = self(obs)
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean),
+                                          validate_args=False)  # NaN guard handles it
 
 
 class Critic(nn.Module):

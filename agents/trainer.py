@@ -50,7 +50,7 @@ class Trainer:
         self.wall_s = 0.0
         self.nan_updates = 0
         self._consecutive_nan = 0
-        env.reset()
+        env.reset(stagger=cfg.stagger_start)
 
     # ------------------------------------------------------------------ one iteration
     @torch.no_grad()

@@ -29,17 +29,20 @@ class EpisodeStats:
     terms_sum: Tensor  # [K]
     episodes: Tensor  # []
     unstable: Tensor  # [] count of envs the NaN guard reset
+    counted: Tensor  # [N] bool: this env's episode started at step 0 (not a staggered start)
 
     @classmethod
     def zeros(cls, n: int, k: int, device: torch.device) -> "EpisodeStats":
         z = lambda *s: torch.zeros(*s, device=device)  # noqa: E731
-        return cls(z(n), z(n), z(n, k), z(()), z(()), z(k), z(()), z(()))
+        return cls(z(n), z(n), z(n, k), z(()), z(()), z(k), z(()), z(()),
+                   torch.ones(n, dtype=torch.bool, device=device))
 
     def record(self, reward: Tensor, terms: Tensor, done: Tensor, unstable: Tensor) -> None:
         self.running_return += reward
         self.running_length += 1
         self.running_terms += terms
-        d = done.float()
+        d = (done & self.counted).float()  # a staggered first episode is partial: skip it
+        self.counted |= done
         self.return_sum += (self.running_return * d).sum()
         self.length_sum += (self.running_length * d).sum()
         self.terms_sum += (self.running_terms * d[:, None]).sum(0)
@@ -120,9 +123,16 @@ class Env:
         return Observation(policy, critic)
 
     # ------------------------------------------------------------------ episode control
-    def reset(self) -> Observation:
+    def reset(self, stagger: bool = False) -> Observation:
+        """Reset every env. stagger: start each clock at a random step so that time-limit
+        resets spread out instead of all envs ending together (the first, partial
+        episodes are left out of the statistics)."""
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self._reset_envs(everyone)
+        if stagger:
+            self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),
+                                              generator=self.gen, device=self.device)
+            self.stats.counted = self.episode_step == 0
         self.obs = self.observe()
         return self.obs
 
@@ -167,7 +177,9 @@ class Env:
                 unstable: Tensor) -> None:
         if not self.reward_terms and terms:  # first step: fix the term order
             self.reward_terms = tuple(terms)
+            counted = self.stats.counted
             self.stats = EpisodeStats.zeros(self.num_envs, len(terms), self.device)
+            self.stats.counted = counted
         stacked = (torch.stack([terms[k] for k in self.reward_terms], dim=-1) if terms
                    else self.stats.running_terms)
         stacked = torch.where(unstable[:, None], 0.0, torch.nan_to_num(stacked))
@@ -204,7 +216,7 @@ class Env:
             "last_action": self.last_action.clone(),
             "gen": self.gen.get_state(),
             "running": [self.stats.running_return.clone(), self.stats.running_length.clone(),
-                        self.stats.running_terms.clone()],
+                        self.stats.running_terms.clone(), self.stats.counted.clone()],
             "reward_terms": list(self.reward_terms),
             "obs": None if self.obs is None else (self.obs.policy.clone(), self.obs.critic.clone()),
         }
@@ -218,6 +230,6 @@ class Env:
         self.reward_terms = tuple(state["reward_terms"])
         self.stats = EpisodeStats.zeros(self.num_envs, len(self.reward_terms), self.device)
         for dst, src in zip((self.stats.running_return, self.stats.running_length,
-                             self.stats.running_terms), state["running"]):
+                             self.stats.running_terms, self.stats.counted), state["running"]):
             dst.copy_(src)
         self.obs = None if state["obs"] is None else Observation(*state["obs"])

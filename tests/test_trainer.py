@@ -35,11 +35,12 @@ def _isolate(tmp_path, monkeypatch):
     torch.set_rng_state(rng)
 
 
-def _cfg(tmp_path: Path, name: str = "run", num_envs: int = 32, **agent_kw) -> TrainConfig:
+def _cfg(tmp_path: Path, name: str = "run", num_envs: int = 32, algo: str = "ppo",
+         **agent_kw) -> TrainConfig:
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(32, 32),
                                 rollout_steps=8, **agent_kw)
     return TrainConfig(task=TASK, num_envs=num_envs, agent=agent, max_env_steps=10**7,
-                       run_dir=str(tmp_path / name))
+                       run_dir=str(tmp_path / name), algo=algo)
 
 
 def _new_run(cfg: TrainConfig):
@@ -217,8 +218,14 @@ def test_atomic_write_creates_new_file(tmp_path):
 
 
 # ---------------------------------------------------------------------- NaN guard
-def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path):
-    cfg = _cfg(tmp_path)
+
+
+@pytest.mark.parametrize("algo", [
+    "a2c",  # one minibatch: the NaN first shows up at the guard
+    "ppo",
+])
+def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
+    cfg = _cfg(tmp_path, algo=algo)
     trainer, run_dir = _new_run(cfg)
     for _ in range(2):
         trainer.iterate()

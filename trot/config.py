@@ -42,6 +42,8 @@ class TrainConfig:
     """iterations between checkpoints (one is always written at the end)"""
     log_every: int = 5
     """iterations between progress lines"""
+    stagger_start: bool = True
+    """start each env's episode clock at a random step, so time-limit resets spread out"""
     torch_threads: int = 1
     """CPU threads for torch ops (0: torch's default). 1 avoids fighting MuJoCo's threads"""
     export: bool = True

@@ -1,0 +1,161 @@
+"""The `trot` command line: listing, argument errors that stop before any env is built, a
+tiny train -> eval -> resume round trip, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import trot.agents.trainer as trainer_mod
+from trot.agents.checkpoint import load_checkpoint
+from trot.cli import main
+
+TASK = "cartpole-balance"
+CKPT = trainer_mod.CHECKPOINT
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo may write MUJOCO_LOG.TXT into the cwd
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(argv: list[str]) -> int:
+    """main() in-process; tyro reports argument errors with SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return 0 if e.code is None else (e.code if isinstance(e.code, int) else 1)
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_list_prints_both_cartpole_tasks(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole-balance" in out and "cartpole-swingup" in out
+
+
+def test_unknown_command_and_task_fail_clearly(capsys):
+    assert main(["tarin"]) != 0
+    assert "unknown command 'tarin'" in capsys.readouterr().err
+    assert main(["train", "cartpole-nope"]) != 0
+    err = capsys.readouterr().err
+    assert "unknown task 'cartpole-nope'" in err and TASK in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--bogus-field", "1"], "bogus-field"),
+    (["--agent.learning-rate", "-1"], "learning_rate must be > 0"),
+    (["--num-envs", "64", "--agent.rollout-steps", "8", "--agent.minibatches", "7"],
+     "512 does not divide into 7 minibatches"),
+    (["--algo", "foo"], "foo"),
+])
+def test_bad_train_arguments_fail_before_any_env_is_built(tmp_path, monkeypatch, capsys,
+                                                          args, message):
+    def no_env(*a, **k):
+        raise AssertionError("an env was built for an invalid configuration")
+
+    monkeypatch.setattr(trainer_mod, "make_env", no_env)
+    run_dir = tmp_path / "x"
+    rc = _run(["train", TASK, "--run-dir", str(run_dir), *args])
+    assert rc != 0
+    captured = capsys.readouterr()
+    assert message in captured.out + captured.err
+    assert not run_dir.exists()
+    assert not Path("runs").exists()
+
+
+def test_train_eval_resume_round_trip(tmp_path, capsys):
+    d = tmp_path / "run"
+    rc = main(["train", TASK, "--num-envs", "32", "--max-env-steps", "2000", "--run-dir",
+               str(d), "--agent.rollout-steps", "8", "--no-export"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.strip().splitlines()[-1] == str(d)
+    for name in ("config.json", "metrics.csv", CKPT, "curve.png"):
+        assert (d / name).is_file(), name
+    assert (d / "tb").is_dir() and any((d / "tb").iterdir())
+    assert not (d / "policy.onnx").exists()  # --no-export
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["num_envs"] == 32 and cfg["agent"]["rollout_steps"] == 8
+    rows = _rows(d / "metrics.csv")
+    assert len(rows) == 8  # ceil(2000 / (32 * 8)) iterations
+    assert int(float(rows[-1]["env_steps"])) == 2048
+
+    assert main(["eval", str(d), "--episodes", "4", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    res = json.loads(lines[0])
+    for k in ("mean_return", "std_return", "episodes", "mean_length", "env_steps",
+              "max_return"):
+        assert k in res, k
+    assert res["episodes"] == 4 and res["env_steps"] == 2048
+    assert res["max_return"] == 500.0
+    assert 0 < res["mean_return"] <= 500.0
+
+    assert main(["train", "--resume", str(d), "--max-env-steps", "4000"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming" in out and "iteration 8" in out
+    rows = _rows(d / "metrics.csv")
+    assert len(rows) == 16
+    assert [int(float(r["iteration"])) for r in rows] == list(range(1, 17))
+    assert load_checkpoint(d / CKPT)["env_steps"] == 4096
+
+
+def test_eval_missing_run_dir_fails_clearly(tmp_path, capsys):
+    missing = tmp_path / "no-such-run"
+    assert main(["eval", str(missing), "--json"]) != 0
+    captured = capsys.readouterr()
+    assert "trot: error:" in captured.err and str(missing) in captured.err
+    assert captured.out == ""
+    assert not missing.exists()
+
+
+def test_resume_missing_run_dir_fails_clearly(tmp_path, capsys):
+    missing = tmp_path / "no-such-run"
+    assert main(["train", "--resume", str(missing)]) != 0
+    err = capsys.readouterr().err
+    assert "not a trot run directory" in err and str(missing) in err
+    assert not missing.exists()
+
+
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+    d = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trot", "train", TASK, "--num-envs", "64",
+         "--max-env-steps", "10000000", "--run-dir", str(d), "--no-export"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (d / "metrics.csv").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no metrics.csv after 60 s"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "stopped by SIGTERM" in out and "trot train --resume" in out, out
+    assert str(d) in out
+    state = load_checkpoint(d / CKPT)
+    assert state["iteration"] >= 1
+    assert state["env_steps"] == state["iteration"] * 64 * 16
+    assert not [p for p in os.listdir(d) if p.endswith(".tmp")]

@@ -18,6 +18,9 @@ class ContractError(ValueError):
 
 def _files(path: str | Path) -> tuple[Path, Path, Path]:
     p = Path(path)
+    if not p.exists():
+        raise ContractError(f"{p}: no such file or directory (missing policy.onnx, "
+                            "policy.json, model.xml); give an export directory")
     d = p if p.is_dir() else p.parent
     files = (d / "policy.onnx", d / "policy.json", d / "model.xml")
     missing = [f.name for f in files if not f.is_file()]
@@ -40,7 +43,11 @@ class OnnxPolicy:
             self.contract = json.loads(text)
         except json.JSONDecodeError as e:
             raise ContractError(f"{json_path} is not valid JSON: {e}") from e
-        self.session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(onnx_path),
+                                                providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own types for corrupt files
+            raise ContractError(f"{onnx_path} is not a loadable ONNX model: {e}") from e
         meta = self.session.get_modelmeta().custom_metadata_map.get("trot")
         if meta is None or json.loads(meta) != self.contract:
             raise ContractError(f"{json_path.name} does not match the contract stored inside "

@@ -10,7 +10,6 @@ import mujoco
 import numpy as np
 import torch
 
-from trot.config import load_json
 from trot.export.runner import ObservationBuilder, OnnxPolicy
 from trot.tasks.registry import get_task
 from trot.sim.base import sensor_slices, sensor_view
@@ -44,11 +43,9 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 trajectory: Path | None = None) -> dict[str, float | None]:
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    run_dir = Path(run_dir)
-    policy = OnnxPolicy(run_dir)
-    cfg = load_json(run_dir / "config.json")
-    entry = get_task(cfg.task)
-    task = entry.task_cls(cfg.env if cfg.env is not None else entry.config)
+    policy = OnnxPolicy(run_dir)  # an export directory is self-contained
+    entry = get_task(policy.contract["task"])
+    task = entry.task_cls(type(entry.config).from_dict(policy.contract["task_config"]))
     model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
     data = mujoco.MjData(model)
     sim = PlainSim(model, data, int(policy.contract["substeps"]))

@@ -8,7 +8,7 @@ so a task file holds only what is specific to the task.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
 import mujoco
@@ -29,6 +29,16 @@ class TaskConfig:
     """physics steps per control step (control dt = substeps * MJCF timestep)"""
     obs_noise: bool = True
     """add each observation term's training noise (never in eval or export)"""
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TaskConfig":
+        """Rebuild from JSON (lists back to tuples); unknown fields are an error."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}; accepted: "
+                             f"{', '.join(sorted(names))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 @dataclass

@@ -48,7 +48,7 @@ class EpisodeStats:
         self.terms_sum += (self.running_terms * d[:, None]).sum(0)
         self.episodes += d.sum()
         self.unstable += unstable.float().sum()
-        keep = 1.0 - d
+        keep = 1.0 - done.float()
         self.running_return *= keep
         self.running_length *= keep
         self.running_terms *= keep[:, None]

@@ -379,3 +379,23 @@ def test_episode_statistics_match_counted_episodes():
     assert stats[f"reward/{env.reward_terms[0]}"] == pytest.approx(mean, rel=1e-5)
     # draining empties the accumulators
     assert env.stats.drain(env.reward_terms) == {"episodes": 0.0, "unstable_envs": 0.0}
+
+
+def test_staggered_start_spreads_resets_and_counts_only_full_episodes():
+    entry = get_task("cartpole-swingup")
+    cfg = dataclasses.replace(entry.config, episode_seconds=0.2)  # 10 control steps
+    env = trot.make_env("cartpole-swingup", num_envs=64, config=cfg, seed=3)
+    env.reset(stagger=True)
+    starts = env.episode_step.clone()
+    assert len(set(starts.tolist())) > 3  # clocks spread over [0, 10)
+    ended_at = []
+    for t in range(25):
+        res = env.step(torch.zeros(64, 1))
+        ended_at.append(res.truncated.clone())
+    ended = torch.stack(ended_at)  # [25, N]
+    first_end = ended.float().argmax(0)  # each env's first (partial unless it started at 0)
+    assert torch.equal(first_end, 10 - 1 - starts)  # a staggered clock truncates early
+    full = ended.sum() - (starts > 0).sum()  # every later episode is full length
+    stats = env.stats.drain(env.reward_terms)
+    assert stats["episodes"] == full.item()
+    assert stats["episode_length"] == 10.0

@@ -216,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     cmd = COMMANDS.get(argv[0])
     if cmd is None:
         return _fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
+    from trot.agents.checkpoint import CheckpointError
+
     try:
         return cmd(argv[1:])
-    except (ValueError, OSError) as e:  # bad names, missing files: a message, not a trace
+    except (ValueError, OSError, CheckpointError) as e:  # a message, not a traceback
         return _fail(str(e))
 
 

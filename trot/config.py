@@ -86,7 +86,7 @@ def from_json(d: dict[str, Any]) -> TrainConfig:
     agent["actor_hidden"] = tuple(agent["actor_hidden"])
     agent["critic_hidden"] = tuple(agent["critic_hidden"])
     env_fields = d.pop("env")
-    env = None if env_fields is None else type(entry.config)(**env_fields)
+    env = None if env_fields is None else type(entry.config).from_dict(env_fields)
     return TrainConfig(**d, agent=PPOConfig(**agent), env=env)
 
 

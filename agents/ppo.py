@@ -88,10 +88,12 @@ class PPO:
         cfg, ac = self.cfg, self.ac
         old_log_std = ac.actor.log_std.detach().clone()  # behaviour policy's (state-free) std
         sums = torch.zeros(7, device=self.device)
+        size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):
-            perm = torch.randperm(len(batch), generator=gen, device=self.device)
-            for idx in perm.chunk(cfg.minibatches):
-                sums += self._minibatch(batch[idx], old_log_std)
+            # one gather per epoch; minibatches are then contiguous views of it
+            shuffled = batch[torch.randperm(len(batch), generator=gen, device=self.device)]
+            for k in range(cfg.minibatches):
+                sums += self._minibatch(shuffled[k * size:(k + 1) * size], old_log_std)
         sums /= cfg.epochs * cfg.minibatches
         keys = ("loss/policy", "loss/value", "entropy", "kl", "clip_fraction", "grad_norm",
                 "learning_rate")

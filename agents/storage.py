@@ -51,7 +51,7 @@ class Batch:
     returns: Tensor  # value targets, reward units
     values: Tensor  # old predictions, reward units
 
-    def __getitem__(self, idx: Tensor) -> "Batch":
+    def __getitem__(self, idx: Tensor | slice) -> "Batch":
         return Batch(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     def __len__(self) -> int:

@@ -59,12 +59,14 @@ class Trainer:
         for t in range(ro.steps):
             obs = env.obs
             action, log_prob, mean = self.algo.act(obs.policy)
-            value = self.ac.critic.value(obs.critic)
             res = env.step(action)
             ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
                      log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
-                     truncated=res.truncated, values=value,
-                     final_critic_obs=res.final_obs.critic, action_mean=mean)
+                     truncated=res.truncated, final_critic_obs=res.final_obs.critic,
+                     action_mean=mean)
+        # V(s_t) in one batched pass: the critic does not change during collection
+        t_, n = ro.values.shape
+        ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t_, n))
         self.env_steps += ro.steps * env.num_envs
         return ro
 

@@ -135,14 +135,24 @@ class CpuSim:
         self._state[ids] = self._init_state
         self._state_t[rows, self._q_slice] = qpos[rows].double()
         self._state_t[rows, self._v_slice] = qvel[rows].double()
-        data = self._datas[0]
-        for i in ids:  # forward kinematics so sensors describe the reset state
-            m = self._models[i]
-            mujoco.mj_setState(m, data, self._state[i], _FULL)
-            mujoco.mj_forward(m, data)
-            self._sens64[i] = data.sensordata
+        self._sens64[ids] = self._forward_sensors(ids)
         self.unstable[rows] = False
         self._refresh()
+
+    def _forward_sensors(self, ids: np.ndarray) -> np.ndarray:
+        """Sensors of the envs `ids` in their current state under zero control: [k, ns].
+
+        One physics step's recorded sensordata is the forward pass at its *initial* state
+        (mj_step = mj_forward, then integrate), so a 1-step rollout from the reset states,
+        whose resulting states are discarded, is a batched, threaded mj_forward.
+        """
+        k = ids.size
+        out_s = np.empty((k, 1, self._state.shape[1]))
+        out_d = np.empty((k, 1, self.model.nsensordata))
+        self._pool.rollout([self._models[i] for i in ids], self._datas, self._state[ids],
+                           np.zeros((k, 1, self.model.nu)), skip_checks=True, nstep=1,
+                           state=out_s, sensordata=out_d)
+        return out_d[:, 0]
 
     # ------------------------------------------------------------------ randomization
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:

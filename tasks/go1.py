@@ -1,0 +1,426 @@
+"""Go1 velocity tracking on flat ground (`go1-flat`), on trot's Go1 model (tasks/assets/go1.xml).
+
+The policy follows a command (forward and lateral speed in the base frame, yaw rate) with
+joint position targets around the standing pose, as in legged_gym (Rudin et al. 2022) and
+MuJoCo Playground's Go1 joystick task. It sees only what the robot measures: IMU, joint
+encoders, its last action and the command; the critic also gets privileged simulator state.
+
+Step order (tasks/env.py): pre_step (timers: command resampling, pushes; joint velocity
+snapshot) -> action_to_ctrl (latency) -> physics -> observation -> reward (which also
+advances the per-step histories: last action, feet air time) -> terminated -> on_reset for
+ended envs. Every per-env clock is a tensor; nothing here reads a tensor on the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import mujoco
+import torch
+from torch import Tensor
+
+from trot.agents.config import PPOConfig
+from trot.sim.base import BatchedSim, sensor_slices
+from trot.tasks import locomotion as loco
+from trot.tasks.base import Task, TaskConfig
+from trot.tasks.observation import ObsTerm
+from trot.tasks.registry import register
+from trot.tasks.robots import load_robot
+
+ASSET = Path(__file__).parent / "assets" / "go1.xml"
+LEGS = ("FR", "FL", "RR", "RL")
+JOINTS = tuple(f"{leg}_{j}" for leg in LEGS for j in ("hip", "thigh", "calf"))
+COMMANDS = ("lin_vel_x", "lin_vel_y", "yaw_rate")
+
+
+@functools.cache
+def home_pose() -> tuple[float, ...]:
+    """The 12 joint angles of the model's 'home' keyframe, in JOINTS order."""
+    spec = load_robot(ASSET)
+    key = next(k for k in spec.keys if k.name == "home")
+    return tuple(float(x) for x in list(key.qpos)[7:19])
+
+
+@dataclass(frozen=True)
+class Go1FlatConfig(TaskConfig):
+    episode_seconds: float = 20.0
+    """time limit (truncation)"""
+    substeps: int = 4
+    """physics steps per control step: 0.005 s x 4 = 50 Hz control"""
+
+    # -- commands [lin_vel_x (m/s), lin_vel_y (m/s), yaw_rate (rad/s)], base frame
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    """forward speed command range, m/s"""
+    lin_vel_y: tuple[float, float] = (-0.5, 0.5)
+    """lateral speed command range, m/s"""
+    yaw_rate: tuple[float, float] = (-1.0, 1.0)
+    """yaw rate command range, rad/s"""
+    standing_fraction: float = 0.1
+    """share of sampled commands that are all zero (stand still)"""
+    resample_seconds: float = 10.0
+    """each env draws a new command after this long with its current one"""
+
+    # -- actions
+    action_scale: float = 0.25
+    """joint target = home pose + action_scale * action (rad)"""
+    latency_steps: int = 0
+    """the motors receive each action this many control steps late (0: none)"""
+
+    # -- initial state
+    init_joint_noise: float = 0.1
+    """initial joint angles = home + U(-x, x) rad"""
+    init_vel_noise: float = 0.1
+    """initial base linear (m/s) and angular (rad/s) velocity ~ U(-x, x); heading is random"""
+
+    # -- rewards: weights per second (the task multiplies them by the control dt)
+    tracking_std: float = 0.5
+    """tracking kernels exp(-err^2 / std^2) (legged_gym's tracking_sigma 0.25 = std^2)"""
+    w_lin_vel: float = 1.0
+    """planar velocity tracking"""
+    w_yaw_rate: float = 0.5
+    """yaw rate tracking"""
+    w_lin_vel_z: float = -2.0
+    """vertical base velocity squared"""
+    w_ang_vel_xy: float = -0.05
+    """roll and pitch rates squared"""
+    w_orientation: float = -1.0
+    """projected gravity xy squared (tilt)"""
+    w_torques: float = -2e-4
+    """joint torques squared"""
+    w_joint_acc: float = -2.5e-7
+    """joint accelerations squared"""
+    w_action_rate: float = -0.01
+    """action changes squared"""
+    w_feet_air_time: float = 1.0
+    """(air time - air_time_target) per touchdown, while commanded to move"""
+    w_undesired_contacts: float = -1.0
+    """thighs touching the ground, count"""
+    air_time_target: float = 0.5
+    """air time (s) at which a step neither pays nor costs"""
+    contact_threshold: float = 1.0
+    """normal force (N) above which a touch sensor counts as contact"""
+    only_positive_rewards: bool = True
+    """clip the total at 0 per step (legged_gym's default): penalties never make living bad"""
+
+    # -- termination
+    max_gravity_z: float = -0.5
+    """end the episode when projected gravity's z in the base frame exceeds this (-1 is
+    level; -0.5 is a 60 degree tilt), or when the trunk touches the ground"""
+
+    # -- domain randomization (per env, at each reset)
+    randomize: bool = True
+    """randomize friction, trunk mass and CoM, motor strength and PD gains at reset"""
+    friction_range: tuple[float, float] = (0.5, 1.25)
+    """floor sliding friction (the floor's friction is every contact's: priority 1)"""
+    added_mass_range: tuple[float, float] = (-1.0, 2.0)
+    """kg added to the trunk"""
+    com_offset: tuple[float, float, float] = (0.05, 0.03, 0.03)
+    """trunk CoM shift ~ U(-x, x) per axis (m, trunk frame)"""
+    motor_strength_range: tuple[float, float] = (0.9, 1.1)
+    """per-motor factor on kp and kv together (torque = strength * PD)"""
+    kp_range: tuple[float, float] = (0.9, 1.1)
+    """per-motor factor on the position gain"""
+    kd_range: tuple[float, float] = (0.9, 1.1)
+    """per-motor factor on the velocity gain"""
+    push: bool = True
+    """kick the base at random intervals"""
+    push_interval_seconds: tuple[float, float] = (5.0, 10.0)
+    """time between kicks ~ U(lo, hi) s, per env"""
+    push_velocity: float = 1.0
+    """a kick adds U(-x, x) m/s to each of the base's world x and y velocities"""
+
+
+class Go1Flat(Task[Go1FlatConfig]):
+    command_dim = 3
+
+    # ---------------------------------------------------------------- model
+    def build(self) -> mujoco.MjSpec:
+        return load_robot(ASSET)
+
+    def command_ranges(self) -> dict[str, list[float]]:
+        """Command ranges by name; the command vector is ordered as COMMANDS."""
+        c = self.config
+        return {"lin_vel_x": list(c.lin_vel_x), "lin_vel_y": list(c.lin_vel_y),
+                "yaw_rate": list(c.yaw_rate)}
+
+    def action_affine(self, model: mujoco.MjModel) -> tuple[list[float], list[float]]:
+        kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
+        offset = [float(model.key_qpos[kid, model.jnt_qposadr[model.actuator_trnid[i, 0]]])
+                  for i in range(model.nu)]
+        return [self.config.action_scale] * model.nu, offset
+
+    # ---------------------------------------------------------------- observations
+    def policy_terms(self) -> tuple[ObsTerm, ...]:
+        # scales as legged_gym (ang vel 0.25, joint vel 0.05); noise half-widths are its noise
+        # levels (gravity 0.05, gyro 0.2 rad/s, joint pos 0.01 rad, joint vel 1.5 rad/s)
+        # times the scale
+        return (
+            ObsTerm("projected_gravity", "sensor", ("upvector",), scale=-1.0, noise=0.05),
+            ObsTerm("base_ang_vel", "sensor", ("gyro",), scale=0.25, noise=0.05),
+            ObsTerm("joint_pos", "sensor", tuple(f"{j}_pos" for j in JOINTS),
+                    offset=home_pose(), noise=0.01),
+            ObsTerm("joint_vel", "sensor", tuple(f"{j}_vel" for j in JOINTS), scale=0.05,
+                    noise=0.075),
+            ObsTerm("last_action", "last_action"),
+            ObsTerm("command", "command"),
+        )
+
+    def critic_terms(self) -> tuple[ObsTerm, ...]:
+        clean = tuple(replace(t, noise=0.0) for t in self.policy_terms())
+        return clean + (
+            ObsTerm("base_lin_vel", "sensor", ("base_linvel",), scale=2.0),
+            ObsTerm("base_height", "qpos", start=2, stop=3, scale=1.0),
+            ObsTerm("foot_forces", "sensor", tuple(f"{leg}_contact" for leg in LEGS),
+                    scale=0.02),
+            ObsTerm("thigh_forces", "sensor", tuple(f"{leg}_thigh_contact" for leg in LEGS),
+                    scale=0.02),
+        )
+
+    # ---------------------------------------------------------------- setup
+    def bind(self, sim: BatchedSim) -> None:
+        m, c = sim.model, self.config
+        n, dev = sim.num_envs, sim.device
+        self.dt = sim.control_dt
+        acts = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0])
+                for i in range(m.nu)]
+        if tuple(acts) != JOINTS:
+            raise ValueError(f"go1 actuators must drive {JOINTS} in order, got {acts}")
+        slices = sensor_slices(m)
+
+        def block(names: list[str]) -> slice:
+            s = [slices[k] for k in names]
+            if any(b.start != a.start + a.size for a, b in zip(s, s[1:])):
+                raise ValueError(f"sensors {names} must be adjacent in the MJCF")
+            return slice(s[0].start, s[-1].start + s[-1].size)
+
+        self._s_jpos = block([f"{j}_pos" for j in JOINTS])
+        self._s_jvel = block([f"{j}_vel" for j in JOINTS])
+        self._s_tau = block([f"{j}_torque" for j in JOINTS])
+        self._s_feet = block([f"{leg}_contact" for leg in LEGS])
+        self._s_thighs = block([f"{leg}_thigh_contact" for leg in LEGS])
+        one = lambda k: slice(slices[k].start, slices[k].start + slices[k].size)  # noqa: E731
+        self._s_up, self._s_gyro = one("upvector"), one("gyro")
+        self._s_vel, self._s_trunk = one("base_linvel"), one("trunk_contact")
+
+        kid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "home")
+        self._home_qpos = torch.tensor(m.key_qpos[kid], dtype=torch.float32, device=dev)
+        self._cmd_low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.yaw_rate[0]],
+                                     device=dev)
+        self._cmd_high = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.yaw_rate[1]],
+                                      device=dev)
+        self._resample_steps = max(1, round(c.resample_seconds / self.dt))
+        self._push_steps = tuple(max(1, round(s / self.dt)) for s in c.push_interval_seconds)
+
+        f32 = dict(device=dev, dtype=torch.float32)
+        self.command = torch.zeros(n, 3, **f32)
+        self._cmd_seen = torch.zeros(n, 3, **f32)  # the command the current action answered
+        self._cmd_timer = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._push_timer = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._push_at = torch.full((n,), self._push_steps[1], dtype=torch.int64, device=dev)
+        self._prev_action = torch.zeros(n, m.nu, **f32)
+        self._prev_joint_vel = torch.zeros(n, m.nu, **f32)
+        self._air_time = torch.zeros(n, len(LEGS), **f32)
+        self._last_contact = torch.zeros(n, len(LEGS), dtype=torch.bool, device=dev)
+        if c.latency_steps < 0:
+            raise ValueError(f"latency_steps must be >= 0, got {c.latency_steps}")
+        self._latency = torch.zeros(c.latency_steps, n, m.nu, **f32)  # ring of pending actions
+        self._ring = 0
+
+        # domain randomization: ids and the nominal values every draw starts from
+        self._floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+        self._trunk = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "trunk")
+        as_t = lambda a: torch.tensor(a, dtype=torch.float32, device=dev)  # noqa: E731
+        self._nominal = {f: as_t(getattr(m, f)) for f in
+                         ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm",
+                          "actuator_biasprm")}
+
+    # ---------------------------------------------------------------- sensors
+    def _joint_vel(self, sim: BatchedSim) -> Tensor:
+        return sim.sensordata[:, self._s_jvel]
+
+    def _gravity(self, sim: BatchedSim) -> Tensor:
+        return -sim.sensordata[:, self._s_up]
+
+    # ---------------------------------------------------------------- resets
+    def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        c, n, dev = self.config, sim.num_envs, sim.device
+        u = lambda *s: 2.0 * torch.rand(*s, generator=gen, device=dev) - 1.0  # noqa: E731
+        qpos = self._home_qpos.expand(n, -1).clone()
+        yaw = math.pi * u(n)
+        qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
+        qpos[:, 7:] += c.init_joint_noise * u(n, 12)
+        qvel = torch.zeros(n, sim.model.nv, device=dev)
+        qvel[:, :6] = c.init_vel_noise * u(n, 6)
+        return qpos, qvel
+
+    def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
+        c, n = self.config, sim.num_envs
+        m1 = mask[:, None]
+        cmd = loco.sample_commands(n, self._cmd_low, self._cmd_high, c.standing_fraction, gen)
+        self.command.copy_(torch.where(m1, cmd, self.command))
+        self._cmd_seen.copy_(torch.where(m1, cmd, self._cmd_seen))
+        self._cmd_timer.masked_fill_(mask, 0)
+        self._push_timer.masked_fill_(mask, 0)
+        self._push_at.copy_(torch.where(mask, self._draw_push_interval(n, gen, sim.device),
+                                        self._push_at))
+        self._prev_action.masked_fill_(m1, 0.0)
+        self._prev_joint_vel.copy_(torch.where(m1, self._joint_vel(sim), self._prev_joint_vel))
+        self._air_time.masked_fill_(m1, 0.0)
+        self._last_contact.masked_fill_(m1, False)
+        self._latency.masked_fill_(mask[None, :, None], 0.0)
+        if c.randomize:
+            self._randomize(sim, mask, gen)
+
+    def _draw_push_interval(self, n: int, gen: torch.Generator, dev) -> Tensor:
+        lo, hi = self._push_steps
+        return torch.randint(lo, hi + 1, (n,), generator=gen, device=dev)
+
+    def _randomize(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
+        c, n, dev = self.config, sim.num_envs, sim.device
+        nom = self._nominal
+
+        def uniform(rng: tuple[float, float], *shape: int) -> Tensor:
+            lo, hi = rng
+            return lo + (hi - lo) * torch.rand(*shape, generator=gen, device=dev)
+
+        friction = nom["geom_friction"].expand(n, -1, -1).clone()
+        friction[:, self._floor, 0] = uniform(c.friction_range, n)
+        sim.set_params("geom_friction", mask, friction)
+
+        mass = nom["body_mass"].expand(n, -1).clone()
+        mass[:, self._trunk] += uniform(c.added_mass_range, n)
+        sim.set_params("body_mass", mask, mass)
+
+        ipos = nom["body_ipos"].expand(n, -1, -1).clone()
+        shift = torch.tensor(c.com_offset, device=dev)
+        ipos[:, self._trunk] += shift * uniform((-1.0, 1.0), n, 3)
+        sim.set_params("body_ipos", mask, ipos)
+
+        nu = sim.model.nu
+        strength = uniform(c.motor_strength_range, n, nu)
+        kp = nom["actuator_gainprm"][:, 0] * strength * uniform(c.kp_range, n, nu)
+        kv = -nom["actuator_biasprm"][:, 2] * strength * uniform(c.kd_range, n, nu)
+        gain = nom["actuator_gainprm"].expand(n, -1, -1).clone()
+        bias = nom["actuator_biasprm"].expand(n, -1, -1).clone()
+        gain[:, :, 0] = kp  # position servo: force = kp * (ctrl - q) - kv * qdot
+        bias[:, :, 1] = -kp
+        bias[:, :, 2] = -kv
+        sim.set_params("actuator_gainprm", mask, gain)
+        sim.set_params("actuator_biasprm", mask, bias)
+
+    # ---------------------------------------------------------------- stepping
+    def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
+        c = self.config
+        # The action about to be applied answered the command in the last observation: its
+        # reward is scored against that one, even where the command changes now.
+        self._cmd_seen.copy_(self.command)
+        due, self._cmd_timer = loco.tick(self._cmd_timer, self._resample_steps)
+        new = loco.sample_commands(sim.num_envs, self._cmd_low, self._cmd_high,
+                                   c.standing_fraction, gen)
+        self.command.copy_(torch.where(due[:, None], new, self.command))
+        self._prev_joint_vel.copy_(self._joint_vel(sim))
+        if c.push:
+            self._push(sim, gen)
+
+    def _push(self, sim: BatchedSim, gen: torch.Generator) -> None:
+        """Kick due envs: add U(-v, v) to the base's world-frame x/y velocity. BatchedSim has
+        no velocity-kick call, so this rewrites their state through `reset` (which also
+        zeroes their sim time; this task never reads it)."""
+        n, dev = sim.num_envs, sim.device
+        self._push_timer += 1
+        due = self._push_timer >= self._push_at
+        self._push_timer.masked_fill_(due, 0)
+        self._push_at.copy_(torch.where(due, self._draw_push_interval(n, gen, dev),
+                                        self._push_at))
+        kick = self.config.push_velocity * (2 * torch.rand(n, 2, generator=gen, device=dev) - 1)
+        qvel = sim.qvel.clone()
+        qvel[:, :2] += torch.where(due[:, None], kick, 0.0)
+        sim.reset(due, sim.qpos.clone(), qvel)
+
+    def action_to_ctrl(self, action: Tensor) -> Tensor:
+        """Joint targets; with latency L, the targets of the action from L steps ago."""
+        if self.config.latency_steps > 0:
+            slot = self._ring
+            delayed = self._latency[slot].clone()
+            self._latency[slot] = action
+            self._ring = (slot + 1) % self.config.latency_steps
+            action = delayed
+        return self.action_offset + self.action_scale * action
+
+    def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        c, d = self.config, sim.sensordata
+        vel, gyro, gravity = d[:, self._s_vel], d[:, self._s_gyro], self._gravity(sim)
+        jvel, tau = d[:, self._s_jvel], d[:, self._s_tau]
+        cmd = self._cmd_seen
+        contact = d[:, self._s_feet] > c.contact_threshold
+        air, self._air_time, self._last_contact = loco.feet_air_time(
+            contact, self._last_contact, self._air_time, self.dt, cmd[:, :2],
+            c.air_time_target)
+        raw = {
+            "lin_vel": (c.w_lin_vel, loco.track_lin_vel_xy(cmd[:, :2], vel[:, :2],
+                                                           c.tracking_std)),
+            "yaw_rate": (c.w_yaw_rate, loco.track_yaw_rate(cmd[:, 2], gyro[:, 2],
+                                                           c.tracking_std)),
+            "lin_vel_z": (c.w_lin_vel_z, loco.lin_vel_z(vel[:, 2])),
+            "ang_vel_xy": (c.w_ang_vel_xy, loco.ang_vel_xy(gyro)),
+            "orientation": (c.w_orientation, loco.flat_orientation(gravity)),
+            "torques": (c.w_torques, loco.torques(tau)),
+            "joint_acc": (c.w_joint_acc, loco.joint_acc(jvel, self._prev_joint_vel, self.dt)),
+            "action_rate": (c.w_action_rate, loco.action_rate(action, self._prev_action)),
+            "feet_air_time": (c.w_feet_air_time, air),
+            "undesired_contacts": (c.w_undesired_contacts, loco.undesired_contacts(
+                d[:, self._s_thighs], c.contact_threshold)),
+        }
+        self._prev_action.copy_(action)
+        terms = {k: (w * self.dt) * v for k, (w, v) in raw.items()}
+        total = torch.stack(list(terms.values())).sum(0)
+        if c.only_positive_rewards:
+            total = total.clamp(min=0.0)
+        return total, terms
+
+    def terminated(self, sim: BatchedSim) -> Tensor:
+        d = sim.sensordata
+        fell = d[:, self._s_trunk][:, 0] > self.config.contact_threshold
+        tilted = self._gravity(sim)[:, 2] > self.config.max_gravity_z
+        return fell | tilted
+
+    def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
+        """lin_vel_error (m/s, planar, base frame), yaw_rate_error (rad/s), power (W, sum of
+        |torque x joint speed|) and speed (m/s, planar, world): energy per meter is
+        mean(power) / mean(speed)."""
+        d, cmd = sim.sensordata, self._cmd_seen
+        vel, gyro = d[:, self._s_vel], d[:, self._s_gyro]
+        return {
+            "lin_vel_error": (cmd[:, :2] - vel[:, :2]).norm(dim=-1),
+            "yaw_rate_error": (cmd[:, 2] - gyro[:, 2]).abs(),
+            "power": (d[:, self._s_tau] * d[:, self._s_jvel]).abs().sum(-1),
+            "speed": sim.qvel[:, :2].norm(dim=-1),
+        }
+
+    # ---------------------------------------------------------------- checkpoints
+    _STATE = ("command", "_cmd_seen", "_cmd_timer", "_push_timer", "_push_at", "_prev_action",
+              "_prev_joint_vel", "_air_time", "_last_contact", "_latency")
+
+    def state_dict(self) -> dict[str, Tensor]:
+        out = {k.lstrip("_"): getattr(self, k).clone() for k in self._STATE}
+        out["ring"] = torch.tensor(self._ring)
+        return out
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for k in self._STATE:
+            getattr(self, k).copy_(state[k.lstrip("_")])
+        self._ring = int(state["ring"])
+
+
+register(
+    "go1-flat", Go1Flat, Go1FlatConfig(),
+    "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
+    "joint position targets at 50 Hz, domain randomization and pushes",
+    agent=PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
+                    lam=0.95, entropy_coef=0.01, desired_kl=0.01, init_log_std=-0.5,
+                    actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64),
+                    activation="elu"),
+)

@@ -1,0 +1,347 @@
+"""go1-flat: the Go1 model, the robot loader, locomotion rewards, commands, randomization,
+pushes and action latency. Small N and short horizons: the whole file runs in seconds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+import trot
+import trot.tasks.go1 as go1  # registers go1-flat
+from trot.tasks import locomotion as loco
+from trot.tasks.robots import RobotNotFoundError, load_robot, resolve_robot
+
+QUIET = replace(go1.Go1FlatConfig(), randomize=False, push=False, init_joint_noise=0.0,
+                init_vel_noise=0.0, obs_noise=False)
+HOME = (0.0, 0.9, -1.8) * 4
+
+
+def make(n: int = 4, seed: int = 0, **changes) -> trot.tasks.Env:
+    return trot.make_env("go1-flat", num_envs=n, seed=seed, config=replace(QUIET, **changes))
+
+
+# ------------------------------------------------------------------------- model
+
+
+def test_model_facts():
+    m = load_robot("go1").compile()
+    assert (m.nq, m.nv, m.nu) == (19, 18, 12)
+    assert m.opt.timestep == pytest.approx(0.005)
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0])
+             for i in range(m.nu)]
+    assert tuple(names) == go1.JOINTS
+    assert sum(m.body_mass) == pytest.approx(13.1, abs=0.01)
+    limits = np.abs(m.actuator_forcerange[:, 1]).reshape(4, 3)
+    assert np.allclose(limits, [23.7, 23.7, 35.55])
+    assert go1.home_pose() == pytest.approx(HOME)
+    # only robot-floor contacts: robot geoms never collide with each other
+    floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    robot = [g for g in range(m.ngeom) if g != floor]
+    for a in robot:
+        for b in robot:
+            assert not (m.geom_contype[a] & m.geom_conaffinity[b])
+    colliding = {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in robot
+                 if m.geom_contype[floor] & m.geom_conaffinity[g]}
+    assert colliding == {"trunk"} | {f"{leg}_{p}" for leg in go1.LEGS
+                                     for p in ("foot", "thigh", "shoulder")}
+
+
+def test_stands_for_5_seconds_with_zero_actions():
+    env = make(4)
+    env.reset()
+    zero = torch.zeros(4, 12)
+    heights, ended = [], torch.zeros(4, dtype=torch.bool)
+    for _ in range(250):  # 5 s at 50 Hz
+        res = env.step(zero)
+        ended |= res.terminated | res.truncated
+        heights.append(env.sim.qpos[:, 2].clone())
+    h = torch.stack(heights)
+    assert not ended.any()
+    # it sags under kp=35 from the geometric 0.285 m by ~4.5 cm in the first 0.5 s, then
+    # holds: after 1 s the height stays within 2 cm and ends within 5 cm of the keyframe
+    assert ((h[-1] - 0.285).abs() < 0.05).all()
+    assert (h[50:].max(0).values - h[50:].min(0).values < 0.02).all()
+    assert (env.sim.sensor("upvector")[:, 2] > 0.99).all()  # upright
+    feet = torch.cat([env.sim.sensor(f"{leg}_contact") for leg in go1.LEGS], dim=1)
+    assert (feet > 10).all()  # every foot carries weight
+    assert (env.sim.sensor("trunk_contact") == 0).all()
+
+
+def test_contact_sensors_and_termination():
+    env = make(2)
+    env.reset()
+    sim = env.sim
+    q, v = sim.qpos.clone(), torch.zeros_like(sim.qvel)
+    q[0, 2], q[0, 3:7] = 0.2, torch.tensor([0.0, 1.0, 0.0, 0.0])  # upside down
+    q[1, 2], q[1, 7:] = 0.16, torch.tensor([0.0, 0.6, -2.7] * 4)  # kneeling on its thighs
+    sim.reset(torch.ones(2, dtype=torch.bool), q, v)
+    for _ in range(25):
+        sim.step(q[:, 7:])  # hold the poses
+    thighs = torch.cat([sim.sensor(f"{leg}_thigh_contact") for leg in go1.LEGS], dim=1)
+    assert sim.sensor("trunk_contact")[0, 0] > 10 and sim.sensor("trunk_contact")[1, 0] == 0
+    assert (thighs[1] > 1).all() and (thighs[0] == 0).all()
+    assert env.task.terminated(sim).tolist() == [True, False]
+    _, terms = _last_terms(env)
+    assert terms["undesired_contacts"][1] == pytest.approx(-1.0 * 4 * env.control_dt)
+
+
+def test_action_affine_and_contract_bits():
+    env = make(2)
+    scale, offset = env.task.action_affine(env.sim.model)
+    assert scale == [0.25] * 12 and offset == pytest.approx(HOME)
+    assert env.task.command_ranges() == {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5],
+                                         "yaw_rate": [-1.0, 1.0]}
+    assert env.obs_dim == 3 + 3 + 12 + 12 + 12 + 3
+    assert env.critic_obs_dim == env.obs_dim + 3 + 1 + 4 + 4
+
+
+# ------------------------------------------------------------------------- rewards
+
+
+def test_reward_functions_by_hand():
+    t = torch.tensor
+    r = loco.track_lin_vel_xy(t([[1.0, 0.0], [0.5, 0.5]]), t([[0.5, 0.0], [0.5, 0.5]]), 0.5)
+    assert r.tolist() == pytest.approx([math.exp(-1.0), 1.0])
+    assert loco.track_yaw_rate(t([1.0]), t([0.0]), 0.5).item() == pytest.approx(math.exp(-4))
+    assert loco.lin_vel_z(t([0.2, -0.3])).tolist() == pytest.approx([0.04, 0.09])
+    assert loco.ang_vel_xy(t([[1.0, 2.0, 3.0]])).item() == pytest.approx(5.0)
+    assert loco.flat_orientation(t([[0.1, -0.2, -0.97]])).item() == pytest.approx(0.05)
+    assert loco.torques(t([[1.0, -2.0, 3.0]])).item() == pytest.approx(14.0)
+    assert loco.joint_acc(t([[1.0, 2.0]]), t([[0.0, 1.0]]), 0.02).item() == pytest.approx(5000)
+    assert loco.action_rate(t([[0.5, -0.5]]), t([[0.0, 0.5]])).item() == pytest.approx(1.25)
+    assert loco.undesired_contacts(t([[0.0, 2.0, 5.0, 0.5]]), 1.0).item() == 2.0
+
+
+def test_feet_air_time_by_hand():
+    # one foot: stance, lift-off, two steps in the air, touchdown; dt 0.1, target 0.25.
+    # The step after lift-off still counts as contact (filter), so the swing is 0.3 s when
+    # it lands -> reward 0.3 - 0.25 = 0.05 once, at touchdown.
+    dt, moving, slow = 0.1, torch.tensor([[1.0, 0.0]]), torch.tensor([[0.05, 0.0]])
+    for cmd, want in ((moving, 0.05), (slow, 0.0)):
+        air, last = torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.bool)
+        rewards = []
+        for c in (True, False, False, False, True):
+            r, air, last = loco.feet_air_time(torch.tensor([[c]]), last, air, dt, cmd, 0.25)
+            rewards.append(r.item())
+        assert rewards == pytest.approx([0.0, 0.0, 0.0, 0.0, want])
+        assert air.item() == 0.0
+
+
+def test_env_terms_are_weight_times_dt_times_term():
+    env = make(3)
+    env.reset()
+    env.step(torch.zeros(3, 12))
+    env.step(torch.full((3, 12), 0.3))
+    sim, c, dt = env.sim, env.task.config, env.control_dt
+    total, terms = _last_terms(env)
+    tau = torch.cat([sim.sensor(f"{j}_torque") for j in go1.JOINTS], dim=1)
+    up = sim.sensor("upvector")
+    assert torch.allclose(terms["torques"], c.w_torques * dt * tau.square().sum(1))
+    assert torch.allclose(terms["orientation"], c.w_orientation * dt * up[:, :2].square().sum(1))
+    assert (terms["torques"] < 0).all()
+    assert torch.allclose(total, torch.stack(list(terms.values())).sum(0).clamp(min=0))
+
+
+def _last_terms(env):
+    """Re-evaluate reward() on the current state with the same action history."""
+    task = env.task
+    saved = {k: v.clone() for k, v in task.state_dict().items()}
+    out = task.reward(env.sim, env.last_action)
+    task.load_state_dict(saved)
+    return out
+
+
+# ------------------------------------------------------------------------- commands
+
+
+def test_sample_commands_ranges_and_standing_share():
+    gen = torch.Generator().manual_seed(0)
+    low, high = torch.tensor([-1.0, -0.5, -1.0]), torch.tensor([1.0, 0.5, 1.0])
+    cmd = loco.sample_commands(4000, low, high, 0.25, gen)
+    assert ((cmd >= low) & (cmd <= high)).all()
+    standing = (cmd == 0).all(1).float().mean().item()
+    assert abs(standing - 0.25) < 0.03
+
+
+def test_commands_resampled_exactly_on_schedule():
+    n = 8
+    env = make(n, resample_seconds=0.2, standing_fraction=0.0)  # every 10 control steps
+    env.reset()
+    zero = torch.zeros(n, 12)
+    prev = env.task.command.clone()
+    changed = {}
+    for step in range(1, 36):
+        prev_seen = env.task.command.clone()
+        res = env.step(zero)
+        assert not (res.terminated | res.truncated).any()
+        cmd = env.task.command
+        changed[step] = int((cmd != prev).any(1).sum())
+        if step in (10, 20, 30):  # the reward of the changing step scores the old command
+            assert torch.equal(env.task._cmd_seen, prev_seen)
+        prev = cmd.clone()
+    assert {s: k for s, k in changed.items() if k} == {10: n, 20: n, 30: n}
+    lo, hi = torch.tensor([-1.0, -0.5, -1.0]), torch.tensor([1.0, 0.5, 1.0])
+    assert ((prev >= lo) & (prev <= hi)).all()
+
+
+# ------------------------------------------------------------------------- randomization
+
+
+def test_domain_randomization_differs_across_envs_within_ranges():
+    n = 12
+    c = go1.Go1FlatConfig()
+    env = make(n, randomize=True)
+    env.reset()
+    m, sim = env.sim.model, env.sim
+    floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
+    trunk = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "trunk")
+
+    fric = sim.params("geom_friction")[:, floor, 0]
+    mass = sim.params("body_mass")[:, trunk] - float(m.body_mass[trunk])
+    com = sim.params("body_ipos")[:, trunk] - torch.tensor(m.body_ipos[trunk]).float()
+    kp = sim.params("actuator_gainprm")[:, :, 0] / 35.0
+    bias = sim.params("actuator_biasprm")
+    kv = -bias[:, :, 2] / 0.5
+    for x, (lo, hi) in ((fric, c.friction_range), (mass, c.added_mass_range)):
+        assert x.unique().numel() == n
+        assert ((x >= lo - 1e-5) & (x <= hi + 1e-5)).all()
+    assert (com.abs() <= torch.tensor(c.com_offset) + 1e-6).all() and com.std(0).min() > 0
+    s_lo, s_hi = c.motor_strength_range
+    for x, (lo, hi) in ((kp, c.kp_range), (kv, c.kd_range)):
+        assert x.unique().numel() == n * 12
+        assert ((x >= s_lo * lo - 1e-5) & (x <= s_hi * hi + 1e-5)).all()
+    assert torch.equal(bias[:, :, 1], -sim.params("actuator_gainprm")[:, :, 0])  # servo
+    # the per-env models really are the randomized ones
+    assert sim._models[3].geom_friction[floor, 0] == pytest.approx(float(fric[3]))
+
+    # a partial reset redraws only the masked envs
+    before = {f: sim.params(f).clone() for f in ("geom_friction", "body_mass")}
+    mask = torch.arange(n) < n // 2
+    env.task.on_reset(sim, mask, env.gen)
+    for f, old in before.items():
+        new = sim.params(f)
+        assert torch.equal(new[~mask], old[~mask]) and not torch.equal(new[mask], old[mask])
+
+
+def test_no_randomization_when_off():
+    env = make(4)
+    env.reset()
+    m = env.sim.model
+    assert torch.equal(env.sim.params("body_mass"),
+                       torch.tensor(m.body_mass).float().expand(4, -1))
+
+
+def test_push_changes_base_velocity_on_schedule():
+    n, zero = 4, torch.zeros(4, 12)
+    pushed = make(n, push=True, push_interval_seconds=(0.1, 0.1), push_velocity=1.0)
+    calm = make(n)
+    pushed.reset(), calm.reset()
+    for step in range(1, 6):  # the kick lands in the 5th step's pre_step
+        pushed.step(zero), calm.step(zero)
+        dv = (pushed.sim.qvel - calm.sim.qvel)[:, :2]
+        if step < 5:
+            assert torch.equal(pushed.sim.qvel, calm.sim.qvel)
+    assert (dv.abs().max(1).values > 1e-3).all() and dv.abs().max() > 0.1
+    assert (dv.abs() <= 1.0 + 1e-3).all()
+
+
+# ------------------------------------------------------------------------- latency
+
+
+def _ctrls(env, actions):
+    seen = []
+    step = env.sim.step
+    env.sim.step = lambda ctrl: (seen.append(ctrl.clone()), step(ctrl))[1]
+    for a in actions:
+        env.step(a)
+    env.sim.step = step
+    return seen
+
+
+@pytest.mark.parametrize("latency", [1, 2])
+def test_latency_delays_actions_exactly(latency):
+    n = 2
+    gen = torch.Generator().manual_seed(1)
+    actions = [0.2 * (2 * torch.rand(n, 12, generator=gen) - 1) for _ in range(8)]
+    env0, envL = make(n), make(n, latency_steps=latency)
+    env0.reset(), envL.reset()
+    c0, cL = _ctrls(env0, actions), _ctrls(envL, actions)
+    home = torch.tensor(HOME).expand(n, -1)
+    for t in range(len(actions)):
+        want = home if t < latency else c0[t - latency]
+        assert torch.allclose(cL[t], want), t
+    # a reset clears the pending actions: the first `latency` targets are home again
+    envL.reset()
+    after = _ctrls(envL, actions[:latency + 1])
+    for t in range(latency):
+        assert torch.allclose(after[t], home)
+    assert torch.allclose(after[latency], c0[0])
+
+
+def test_state_dict_roundtrip():
+    env = make(2, latency_steps=1)
+    env.reset()
+    env.step(torch.full((2, 12), 0.1))
+    state = env.task.state_dict()
+    env.step(torch.full((2, 12), -0.1))
+    env.task.load_state_dict(state)
+    for k, v in env.task.state_dict().items():
+        assert torch.equal(v, state[k]), k
+
+
+# ------------------------------------------------------------------------- loader
+
+TINY = """<mujoco model="tiny">
+  <worldbody>
+    <body name="arm"><joint name="j" type="hinge"/><geom type="capsule" size="0.02"
+      fromto="0 0 0 0 0 0.3" mass="0.5"/></body>
+  </worldbody>
+</mujoco>"""
+
+
+def test_load_robot_from_path(tmp_path):
+    f = tmp_path / "tiny.xml"
+    f.write_text(TINY)
+    spec = load_robot(f)
+    assert isinstance(spec, mujoco.MjSpec) and spec.compile().njnt == 1
+    assert load_robot(go1.ASSET).compile().nu == 12
+    assert resolve_robot("go1") == go1.ASSET  # shipped asset by name
+
+
+def test_load_robot_missing_file(tmp_path):
+    missing = tmp_path / "nope.xml"
+    with pytest.raises(FileNotFoundError, match="nope.xml"):
+        load_robot(missing)
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<mujoco><worldbody><body></mujoco>")
+    with pytest.raises(ValueError, match="bad.xml"):
+        load_robot(bad)
+
+
+def test_load_robot_menagerie_root_unset(monkeypatch):
+    monkeypatch.delenv("MENAGERIE_ROOT", raising=False)
+    with pytest.raises(RobotNotFoundError, match="MENAGERIE_ROOT is not set") as e:
+        load_robot("unitree_go1")
+    assert "unitree_go1" in str(e.value)
+
+
+def test_load_robot_menagerie_layout(tmp_path, monkeypatch):
+    d = tmp_path / "unitree_go1"
+    d.mkdir()
+    (d / "go1.xml").write_text(TINY)
+    (d / "scene.xml").write_text('<mujoco model="scene"><include file="go1.xml"/>'
+                                 '<worldbody><geom name="floor" type="plane" size="1 1 .1"/>'
+                                 "</worldbody></mujoco>")
+    monkeypatch.setenv("MENAGERIE_ROOT", str(tmp_path))
+    assert resolve_robot("unitree_go1") == d / "scene.xml"
+    assert resolve_robot("unitree_go1", scene=False) == d / "go1.xml"
+    assert resolve_robot("unitree_go1/go1.xml") == d / "go1.xml"
+    assert load_robot("unitree_go1").compile().ngeom == 2  # robot + the scene's floor
+    with pytest.raises(RobotNotFoundError, match="unitree_a1") as e:
+        load_robot("unitree_a1")
+    assert "scene.xml" in str(e.value) and "a1.xml" in str(e.value)

@@ -1,93 +1,73 @@
 """The `cpu` backend: MuJoCo C stepping the whole batch on all cores with the GIL released.
 
-One persistent `mujoco.rollout.Rollout` thread pool steps every env `substeps` physics steps
-per call. MuJoCo's float64 state lives in preallocated numpy arrays; torch views them
-without copying, and the only copies are the float64 -> float32 ones into the tensors
-that tasks read (and float32 -> float64 for the control).
+Built on `mujoco.batch.Batch` (MuJoCo >= 4.0): every env is one row of integration state
+(time, qpos, qvel, act, warmstart, ctrl, ...) in one float64 array; a call loads each row
+into a per-thread MjData, steps it and saves it back, bit-identical to a loop of `mj_step`
+over one MjData per env. Rows keep their solver warmstart between control steps.
 
-Domain randomization uses per-env MjModel objects, created copy-on-write: envs share the
-base model until a field of theirs is set, then get their own copy (see docs/architecture.md
-for the memory cost).
+torch views MuJoCo's arrays without copying; the only copies are float64 -> float32 into
+the tensors tasks read (qpos, qvel, sensordata) and float32 -> float64 for the control.
+
+Domain randomization uses the batch's per-env model fields (`Batch.expand`): only a
+randomized field is stored per env ([N, *field.shape] float64), everything else is shared,
+and constants derived from masses or inertial frames are recomputed (`set_const`) for the
+envs that changed.
 """
 
 from __future__ import annotations
 
-import copy
 import os
+import warnings
 
 import mujoco
 import numpy as np
 import torch
-from mujoco import rollout
+from mujoco import batch
 from torch import Tensor
 
 from trot.sim.base import check_field, diverged, sensor_slices, sensor_view
 
-_FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
+_SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
 
-def _state_offset(model: mujoco.MjModel, bit: int) -> int:
-    """Offset of one state component inside a FULLPHYSICS state vector."""
-    return mujoco.mj_stateSize(model, _FULL & (bit - 1))
+def _view(array: np.ndarray) -> Tensor:
+    """A torch view of a MuJoCo batch array (outputs are read-only numpy; torch warns)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
 
 
 class CpuSim:
     """Batched MuJoCo C. See `trot.sim.base.BatchedSim` for the contract."""
 
-    def __init__(
-        self,
-        model: mujoco.MjModel,
-        num_envs: int,
-        substeps: int = 1,
-        nthread: int | None = None,
-    ):
+    def __init__(self, model: mujoco.MjModel, num_envs: int, substeps: int = 1,
+                 nthread: int | None = None):
         if num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
         if substeps <= 0:
             raise ValueError(f"substeps must be a positive integer, got {substeps}")
         # Divergence must stay visible: MuJoCo would otherwise silently reset a diverging
-        # MjData to qpos0 mid-rollout. The NaN guard (env loop) resets it properly instead.
+        # env to qpos0 mid-step. The NaN guard (env loop) resets it properly instead.
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET
         self.model = model
         self.num_envs = n = num_envs
         self.substeps = substeps
         self.device = torch.device("cpu")
         self.nthread = max(1, nthread or os.cpu_count() or 1)
-        self._pool = rollout.Rollout(nthread=self.nthread if self.nthread > 1 else 0)
-        self._datas = [mujoco.MjData(model) for _ in range(self.nthread)]
-        self._models = [model] * n  # per-env; copied on first set_params of that env
-        self._own_model = np.zeros(n, dtype=bool)
-        self._params64: dict[str, Tensor] = {}  # field -> [N, *shape], set by DR
-        self._params32: dict[str, Tensor] = {}  # float32 mirror that tasks read
+        self._b = batch.Batch(model, n, nthread=self.nthread)
+        self._b.reset()  # model defaults + forward kinematics for every env
 
-        nstate = mujoco.mj_stateSize(model, _FULL)
-        self._t_slice = slice(0, 1)
-        q0 = _state_offset(model, mujoco.mjtState.mjSTATE_QPOS.value)
-        v0 = _state_offset(model, mujoco.mjtState.mjSTATE_QVEL.value)
-        self._q_slice = slice(q0, q0 + model.nq)
-        self._v_slice = slice(v0, v0 + model.nv)
-        self._qv_slice = slice(q0, v0 + model.nv)
-
-        fresh = mujoco.MjData(model)
-        mujoco.mj_forward(model, fresh)
-        init = np.empty(nstate)
-        mujoco.mj_getState(model, fresh, init, _FULL)
-        self._init_state = init  # [nstate]: qpos0, zero velocity, model's eq/mocap
-        self._state = np.tile(init, (n, 1))  # [N, nstate] float64, the canonical state
-        self._ctrl = np.zeros((n, substeps, model.nu))  # [N, S, nu] float64
-        self._out_state = np.zeros((n, substeps, nstate))  # [N, S, nstate]
-        self._out_sens = np.zeros((n, substeps, model.nsensordata))  # [N, S, ns]
-        self._sens64 = np.tile(fresh.sensordata, (n, 1))  # [N, ns] float64
-
-        # torch views of MuJoCo's arrays (no copy) and the float32 tensors tasks read
-        self._state_t = torch.from_numpy(self._state)
-        self._ctrl_t = torch.from_numpy(self._ctrl)
-        self._sens64_t = torch.from_numpy(self._sens64)
+        # live float64 arrays over the state rows / outputs, and their torch views
+        self._qpos64 = _view(self._b.bind("qpos"))  # [N, nq]
+        self._qvel64 = _view(self._b.bind("qvel"))  # [N, nv]
+        self._ctrl64 = _view(self._b.bind("ctrl"))  # [N, nu]
+        self._sens64 = _view(self._b.bind("sensordata"))  # [N, ns], read-only output
         self.qpos = torch.zeros(n, model.nq)
         self.qvel = torch.zeros(n, model.nv)
         self.sensordata = torch.zeros(n, model.nsensordata)
         self.unstable = torch.zeros(n, dtype=torch.bool)
         self._sensors = sensor_slices(model)
+        self._params32: dict[str, Tensor] = {}
         self._refresh()
 
     # ------------------------------------------------------------------ properties
@@ -98,33 +78,27 @@ class CpuSim:
     @property
     def time(self) -> Tensor:
         """[N] float64 simulated time since each env's last reset."""
-        return self._state_t[:, 0]
+        return _view(self._b.bind("time"))
 
     def sensor(self, name: str) -> Tensor:
         return sensor_view(self, self._sensors, name)
 
     # ------------------------------------------------------------------ stepping
     def step(self, ctrl: Tensor) -> None:
-        self._ctrl_t.copy_(ctrl.unsqueeze(1).expand(-1, self.substeps, -1))  # [N, S, nu]
-        self._pool.rollout(
-            self._models,
-            self._datas,
-            self._state,
-            self._ctrl,
-            skip_checks=True,
-            nstep=self.substeps,
-            state=self._out_state,
-            sensordata=self._out_sens,
-        )
-        np.copyto(self._state, self._out_state[:, -1])
-        np.copyto(self._sens64, self._out_sens[:, -1])
-        self.unstable.copy_(torch.from_numpy(diverged(self._state[:, self._qv_slice])))
+        self._ctrl64.copy_(ctrl)
+        failed = np.zeros(self.num_envs, dtype=bool)
+        try:
+            self._b.step(nstep=self.substeps)
+        except batch.SimulationError as e:  # MuJoCo raised in some envs: those diverged
+            failed[e.ids] = True
+        state = np.concatenate([self._b.bind("qpos"), self._b.bind("qvel")], axis=1)
+        self.unstable.copy_(torch.from_numpy(diverged(state) | failed))
         self._refresh()
 
     def _refresh(self) -> None:
-        self.qpos.copy_(self._state_t[:, self._q_slice])
-        self.qvel.copy_(self._state_t[:, self._v_slice])
-        self.sensordata.copy_(self._sens64_t)
+        self.qpos.copy_(self._qpos64)
+        self.qvel.copy_(self._qvel64)
+        self.sensordata.copy_(self._sens64)
 
     # ------------------------------------------------------------------ resets
     def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
@@ -132,68 +106,59 @@ class CpuSim:
         if ids.size == 0:
             return
         rows = torch.from_numpy(ids)
-        self._state[ids] = self._init_state
-        self._state_t[rows, self._q_slice] = qpos[rows].double()
-        self._state_t[rows, self._v_slice] = qvel[rows].double()
-        self._sens64[ids] = self._forward_sensors(ids)
+        # model defaults (time 0, zero act, ctrl and warmstart), then the requested state
+        self._b.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE.value)
+        self._qpos64[rows] = qpos[rows].double()
+        self._qvel64[rows] = qvel[rows].double()
+        self._b.forward(ids)  # so sensors describe the reset state
         self.unstable[rows] = False
         self._refresh()
-
-    def _forward_sensors(self, ids: np.ndarray) -> np.ndarray:
-        """Sensors of the envs `ids` in their current state under zero control: [k, ns].
-
-        One physics step's recorded sensordata is the forward pass at its *initial* state
-        (mj_step = mj_forward, then integrate), so a 1-step rollout from the reset states,
-        whose resulting states are discarded, is a batched, threaded mj_forward.
-        """
-        k = ids.size
-        out_s = np.empty((k, 1, self._state.shape[1]))
-        out_d = np.empty((k, 1, self.model.nsensordata))
-        self._pool.rollout([self._models[i] for i in ids], self._datas, self._state[ids],
-                           np.zeros((k, 1, self.model.nu)), skip_checks=True, nstep=1,
-                           state=out_s, sensordata=out_d)
-        return out_d[:, 0]
 
     # ------------------------------------------------------------------ randomization
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
         shape = check_field(self.model, field)
         if tuple(values.shape) != (self.num_envs, *shape):
-            raise ValueError(
-                f"values for {field} must have shape {(self.num_envs, *shape)}, "
-                f"got {tuple(values.shape)}"
-            )
-        self.params(field)  # materialize the per-env table
-        table = self._params64[field]  # [N, *shape] float64, authoritative
-        table[mask] = values[mask].to(torch.float64)
-        self._params32[field].copy_(table)
-        vals = table.numpy()
-        for i in np.flatnonzero(mask.numpy()):
-            if not self._own_model[i]:
-                self._models[i] = copy.copy(self.model)
-                self._own_model[i] = True
-            getattr(self._models[i], field)[...] = vals[i]
+            raise ValueError(f"values for {field} must have shape {(self.num_envs, *shape)}, "
+                             f"got {tuple(values.shape)}")
+        ids = np.flatnonzero(mask.numpy())
+        if ids.size == 0:
+            return
+        table = self._b.expand(field)  # [N, *shape] float64, live
+        table[ids] = values.detach().double().numpy()[ids]
+        if field in _SETCONST_INPUTS:  # masses, inertial frames: derived constants follow
+            self._b.set_const(ids)
+        self._params32.pop(field, None)
 
     def params(self, field: str) -> Tensor:
         shape = check_field(self.model, field)
-        if field not in self._params64:
-            base = torch.as_tensor(np.array(getattr(self.model, field), dtype=np.float64))
-            self._params64[field] = base.expand(self.num_envs, *shape).clone()
-            self._params32[field] = self._params64[field].float()
+        if field not in self._params32:
+            per_env = self._b.expanded(field)
+            base = np.broadcast_to(getattr(self.model, field), (self.num_envs, *shape)) \
+                if per_env is None else per_env
+            self._params32[field] = torch.tensor(np.array(base), dtype=torch.float32)
         return self._params32[field]
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Tensor]:
-        out = {"state": self._state_t.clone(), "sensordata": self._sens64_t.clone()}
-        out["own_model"] = torch.from_numpy(self._own_model.copy())
-        out.update({f"param/{k}": v.clone() for k, v in self._params64.items()})
+        out = {"state": torch.from_numpy(self._b.state.copy()),
+               "sensordata": self._sens64.clone()}
+        for field in sorted({f for f in self._expanded_fields()}):
+            out[f"param/{field}"] = torch.from_numpy(np.array(self._b.expanded(field)))
         return out
 
+    def _expanded_fields(self) -> list[str]:
+        from trot.sim.base import RANDOMIZABLE_FIELDS
+
+        return [f for f in RANDOMIZABLE_FIELDS if self._b.expanded(f) is not None]
+
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        self._state_t.copy_(state["state"])
-        self._sens64_t.copy_(state["sensordata"])
-        owners = state["own_model"]
+        everyone = torch.ones(self.num_envs, dtype=torch.bool)
         for key, vals in state.items():
             if key.startswith("param/"):
-                self.set_params(key.removeprefix("param/"), owners, vals)
+                self.set_params(key.removeprefix("param/"), everyone, vals)
+        self._b.state[...] = state["state"].numpy()
+        self._b.forward()  # derived fields of the restored rows ...
+        self.qpos.copy_(self._qpos64)
+        self.qvel.copy_(self._qvel64)
+        self.sensordata.copy_(state["sensordata"])  # ... but sensors as they were saved
         self.unstable.zero_()
-        self._refresh()

@@ -31,7 +31,7 @@ from trot.export.sim2sim import run_sim2sim
 
 TASK = "cartpole-balance"
 TOL = 1e-5
-FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+FULL = mujoco.mjtState.mjSTATE_INTEGRATION  # the cpu backend's state rows
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,7 @@ def test_observation_builder_reproduces_training_obs(small_run):
 
     # At reset: sensors come from mj_forward of the reset state.
     obs = env.reset()
-    state = env.sim.state_dict()["state"].numpy()  # [N, FULLPHYSICS] float64
+    state = env.sim.state_dict()["state"].numpy()  # [N, INTEGRATION] float64
     for i in range(env.num_envs):
         mujoco.mj_resetData(model, data)
         mujoco.mj_setState(model, data, state[i], FULL)

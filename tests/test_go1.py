@@ -217,7 +217,7 @@ def test_domain_randomization_differs_across_envs_within_ranges():
         assert ((x >= s_lo * lo - 1e-5) & (x <= s_hi * hi + 1e-5)).all()
     assert torch.equal(bias[:, :, 1], -sim.params("actuator_gainprm")[:, :, 0])  # servo
     # the per-env models really are the randomized ones
-    assert sim._models[3].geom_friction[floor, 0] == pytest.approx(float(fric[3]))
+    assert sim._b.get_model(3).geom_friction[floor, 0] == pytest.approx(float(fric[3]))
 
     # a partial reset redraws only the masked envs
     before = {f: sim.params(f).clone() for f in ("geom_friction", "body_mass")}

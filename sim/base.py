@@ -57,7 +57,7 @@ class BatchedSim(Protocol):
     qpos: Tensor  # [N, nq] float32
     qvel: Tensor  # [N, nv] float32
     sensordata: Tensor  # [N, nsensordata] float32
-    unstable: Tensor  # [N] bool: the last step diverged (NaN/Inf or MuJoCo's own reset)
+    unstable: Tensor  # [N] bool: diverged (NaN/Inf or beyond MAX_STATE_VALUE) until reset
 
     @property
     def control_dt(self) -> float: ...
@@ -87,10 +87,10 @@ class BatchedSim(Protocol):
 MAX_STATE_VALUE = 1e10
 
 
-def diverged(qpos_qvel: np.ndarray) -> np.ndarray:
-    """[N, k] -> [N] bool: any NaN/Inf or any |value| > MAX_STATE_VALUE in the row."""
-    with np.errstate(invalid="ignore"):
-        return ~(np.abs(qpos_qvel) <= MAX_STATE_VALUE).all(axis=1)
+def diverged(qpos: Tensor, qvel: Tensor) -> Tensor:
+    """[N] bool: any NaN/Inf, or any |value| > MAX_STATE_VALUE, in an env's qpos or qvel."""
+    ok = (qpos.abs() <= MAX_STATE_VALUE).all(dim=1) & (qvel.abs() <= MAX_STATE_VALUE).all(dim=1)
+    return ~ok
 
 
 def check_field(model: mujoco.MjModel, field: str) -> tuple[int, ...]:

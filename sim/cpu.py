@@ -56,6 +56,7 @@ class CpuSim:
         self.nthread = max(1, nthread or os.cpu_count() or 1)
         self._b = batch.Batch(model, n, nthread=self.nthread)
         self._b.reset()  # model defaults + forward kinematics for every env
+        self._fresh_row = self._b.state[0].copy()  # time 0, qpos0, zero vel/act/warmstart
 
         # live float64 arrays over the state rows / outputs, and their torch views
         self._qpos64 = _view(self._b.bind("qpos"))  # [N, nq]
@@ -91,9 +92,8 @@ class CpuSim:
             self._b.step(nstep=self.substeps)
         except batch.SimulationError as e:  # MuJoCo raised in some envs: those diverged
             failed[e.ids] = True
-        state = np.concatenate([self._b.bind("qpos"), self._b.bind("qvel")], axis=1)
-        self.unstable.copy_(torch.from_numpy(diverged(state) | failed))
         self._refresh()
+        self.unstable.copy_(diverged(self.qpos, self.qvel) | torch.from_numpy(failed))
 
     def _refresh(self) -> None:
         self.qpos.copy_(self._qpos64)
@@ -107,7 +107,7 @@ class CpuSim:
             return
         rows = torch.from_numpy(ids)
         # model defaults (time 0, zero act, ctrl and warmstart), then the requested state
-        self._b.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE.value)
+        self._b.state[ids] = self._fresh_row
         self._qpos64[rows] = qpos[rows].double()
         self._qvel64[rows] = qvel[rows].double()
         self._b.forward(ids)  # so sensors describe the reset state

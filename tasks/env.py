@@ -14,7 +14,8 @@ from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks.base import Observation, StepResult, Task
-from trot.tasks.observation import ObsLayout, ObsSources, build_obs, make_layout
+from trot.tasks.observation import (build_obs, compile_layout, make_layout, pool_columns,
+                                    source_pool)
 
 
 @dataclass
@@ -96,10 +97,11 @@ class Env:
         cdim = task.command_dim
         self.policy_layout = make_layout(task.policy_terms(), dims, cdim, self.action_dim)
         self.critic_layout = make_layout(task.critic_terms(), dims, cdim, self.action_dim)
-        self._offsets = {
-            s.term.name: torch.tensor(s.term.offset, device=dev)
-            for lay in (self.policy_layout, self.critic_layout) for s in lay.slots if s.term.offset
-        }
+        ranges = {k: (s.start, s.start + s.size) for k, s in sensor_slices(sim.model).items()}
+        m = sim.model
+        cols = pool_columns(m.nsensordata, m.nq, m.nv, cdim)
+        self._policy_plan = compile_layout(self.policy_layout, ranges, cols, dev)
+        self._critic_plan = compile_layout(self.critic_layout, ranges, cols, dev)
         self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
         self._shared_critic = task.critic_terms() == task.policy_terms()
         self.reward_terms: tuple[str, ...] = ()
@@ -111,15 +113,11 @@ class Env:
     def observe(self) -> Observation:
         sim = self.sim
         cmd = self.task.command if self.task.command is not None else self.last_action[:, :0]
-        src = ObsSources(
-            sensor={s: sim.sensor(s) for lay in (self.policy_layout, self.critic_layout)
-                    for slot in lay.slots for s in slot.term.sensors},
-            qpos=sim.qpos, qvel=sim.qvel, command=cmd, last_action=self.last_action,
-            offsets=self._offsets,
-        )
+        pool = source_pool(sim.sensordata, sim.qpos, sim.qvel, cmd, self.last_action)
+        pool = torch.nan_to_num(pool, 0.0, 0.0, 0.0)  # a diverged env still shows numbers
         gen = self.gen if self.noise else None
-        policy = build_obs(self.policy_layout, src, gen)
-        critic = policy if self._shared_critic else build_obs(self.critic_layout, src, gen)
+        policy = build_obs(self._policy_plan, pool, gen)
+        critic = policy if self._shared_critic else build_obs(self._critic_plan, pool, gen)
         return Observation(policy, critic)
 
     # ------------------------------------------------------------------ episode control
@@ -159,8 +157,6 @@ class Env:
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         # NaN guard: a diverged env scores 0, shows finite numbers, ends and is reset.
         reward = torch.where(unstable, 0.0, torch.nan_to_num(reward, 0.0, 0.0, 0.0))
-        final = Observation(*(torch.nan_to_num(x, 0.0, 0.0, 0.0) for x in
-                              (final.policy, final.critic)))
         done = terminated | truncated
         self._record(reward, terms, done, unstable)
 

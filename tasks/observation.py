@@ -8,7 +8,7 @@ last action; `qpos`/`qvel` slices exist for privileged (critic-only) terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -100,40 +100,57 @@ def make_layout(terms: tuple[ObsTerm, ...], sensor_dims: dict[str, int], command
     return ObsLayout(tuple(slots), start)
 
 
-@dataclass
-class ObsSources:
-    """The tensors observation terms read, all [N, ...] on the sim's device."""
+@dataclass(frozen=True)
+class ObsPlan:
+    """A layout compiled to one gather from the source pool (see `source_pool`):
+    obs = (pool[:, index] - offset) * scale, plus uniform noise of half-width `noise`."""
 
-    sensor: dict[str, Tensor]
-    qpos: Tensor
-    qvel: Tensor
-    command: Tensor
-    last_action: Tensor
-    offsets: dict[str, Tensor] = field(default_factory=dict)
-
-
-def raw_term(t: ObsTerm, src: ObsSources) -> Tensor:
-    if t.kind == "sensor":
-        parts = [src.sensor[n] for n in t.sensors]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-    if t.kind == "qpos":
-        return src.qpos[:, t.start : t.stop]
-    if t.kind == "qvel":
-        return src.qvel[:, t.start : t.stop]
-    return src.command if t.kind == "command" else src.last_action
+    index: Tensor  # [D] long, columns of the pool
+    offset: Tensor  # [D]
+    scale: Tensor  # [D]
+    noise: Tensor  # [D]
+    noisy: bool
 
 
-def build_obs(layout: ObsLayout, src: ObsSources, gen: torch.Generator | None) -> Tensor:
-    """[N, layout.dim]; noise is added only when a generator is given."""
-    cols = []
+def pool_columns(nsensordata: int, nq: int, nv: int, command_dim: int) -> dict[str, int]:
+    """Where each source starts in the pool [sensordata | qpos | qvel | command | action]."""
+    return {"sensor": 0, "qpos": nsensordata, "qvel": nsensordata + nq,
+            "command": nsensordata + nq + nv, "last_action": nsensordata + nq + nv + command_dim}
+
+
+def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
+                   columns: dict[str, int], device: torch.device) -> ObsPlan:
+    index: list[int] = []
+    offset: list[float] = []
+    scale: list[float] = []
+    noise: list[float] = []
     for slot in layout.slots:
-        t = slot.term
-        x = raw_term(t, src)
-        if t.offset:
-            x = x - src.offsets[t.name]
-        x = x * t.scale
-        if gen is not None and t.noise > 0:
-            u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
-            x = x + (2.0 * u - 1.0) * t.noise
-        cols.append(x)
-    return torch.cat(cols, dim=-1)
+        t, base = slot.term, columns[slot.term.kind]
+        if t.kind == "sensor":
+            cols = [c for n in t.sensors for c in range(*sensor_ranges[n])]
+        elif t.kind in ("qpos", "qvel"):
+            cols = [base + i for i in range(t.start, t.stop)]
+        else:
+            cols = [base + i for i in range(slot.size)]
+        index += cols
+        offset += list(t.offset) or [0.0] * slot.size
+        scale += [t.scale] * slot.size
+        noise += [t.noise] * slot.size
+    f = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
+    return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(offset), f(scale),
+                   f(noise), any(n > 0 for n in noise))
+
+
+def source_pool(sensordata: Tensor, qpos: Tensor, qvel: Tensor, command: Tensor,
+                last_action: Tensor) -> Tensor:
+    """[N, ns + nq + nv + C + A]: every value an observation term may read."""
+    return torch.cat([sensordata, qpos, qvel, command, last_action], dim=1)
+
+
+def build_obs(plan: ObsPlan, pool: Tensor, gen: torch.Generator | None) -> Tensor:
+    """[N, D]; noise is added only when a generator is given."""
+    x = (pool.index_select(1, plan.index) - plan.offset) * plan.scale
+    if gen is not None and plan.noisy:
+        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        x = x + (2.0 * u - 1.0) * plan.noise
+    return x

@@ -45,7 +45,9 @@ def sensor_slices(model: mujoco.MjModel) -> dict[str, SensorSlice]:
 class BatchedSim(Protocol):
     """N copies of one MuJoCo model stepped together on one device.
 
-    Every tensor attribute is refreshed by `step` and `reset` and lives on `device`.
+    Every tensor attribute is refreshed by `step` and `reset` and lives on `device`. Treat
+    them as read-only and read them from the sim after each call rather than keeping them:
+    the mjx backend rebinds them to zero-copy views of new JAX buffers (cpu updates in place).
     Sensors are what MuJoCo's `mj_step` leaves in `sensordata`: evaluated by the forward
     pass at the start of the last physics substep (exactly as on a plain MjData).
     """

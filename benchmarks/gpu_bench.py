@@ -1,0 +1,181 @@
+"""Throughput of the mjx backend: physics only, the env loop, and training, per env count.
+
+    python benchmarks/gpu_bench.py                      # cuda, 1024,4096,8192 envs
+    python benchmarks/gpu_bench.py --device cpu --sizes 64,128 --steps 20 --train-iters 2
+
+Prints one table (env-steps/s = control steps x envs per second; physics steps are that times
+the task's substeps) and a short training run; with --out DIR (default: $OUT when set) also
+writes bench.json and bench.txt there. Times are taken after a warm-up call, so compilation
+is excluded (and reported in its own column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import trot
+from trot.agents.config import PPOConfig
+from trot.agents.trainer import Trainer, build
+from trot.bench import env_loop, sim_only
+from trot.config import TrainConfig
+from trot.sim import resolve_device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def train_throughput(env, device: torch.device, iters: int, rollout: int) -> tuple[float, float]:
+    """Trainer.iterate (rollout + PPO update) env-steps/s, and the last mean return seen."""
+    agent = dataclasses.replace(PPOConfig(), rollout_steps=rollout)
+    cfg = TrainConfig(task=env.name, num_envs=env.num_envs, sim="mjx", device=str(device),
+                      agent=agent, max_env_steps=10**12)
+    trainer = Trainer(cfg, env)
+    trainer.iterate()  # warm-up (the update's kernels, the reset program)
+    _sync(device)
+    t = time.perf_counter()
+    ret = float("nan")
+    for _ in range(iters):
+        ret = trainer.iterate().get("episode_return", ret)
+    _sync(device)
+    return iters * rollout * env.num_envs / (time.perf_counter() - t), ret
+
+
+def short_training(task: str, num_envs: int, device: torch.device, seconds: float,
+                   max_iters: int) -> list[dict]:
+    """Train from scratch for a wall-clock budget; return the per-iteration log."""
+    cfg = TrainConfig(task=task, num_envs=num_envs, sim="mjx", device=str(device),
+                      max_env_steps=10**12)
+    trainer = build(cfg)
+    log, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < seconds and trainer.iteration < max_iters:
+        m = trainer.iterate()
+        m["wall_s"] = time.perf_counter() - t0
+        log.append(m)
+    return log
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="cartpole-balance")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--sizes", default="1024,4096,8192", help="comma-separated env counts")
+    p.add_argument("--steps", type=int, default=200, help="control steps per measurement")
+    p.add_argument("--train-iters", type=int, default=10, help="timed Trainer iterations")
+    p.add_argument("--rollout", type=int, default=16, help="rollout steps per iteration")
+    p.add_argument("--impl", default=None, help="jax or warp (default: the backend's choice)")
+    p.add_argument("--warp-graph", default=None,
+                   help="MJX-Warp CUDA-graph mode, e.g. WARP_STAGED (default: MJX's)")
+    p.add_argument("--train-envs", type=int, default=4096, help="envs for the training run")
+    p.add_argument("--train-seconds", type=float, default=60.0,
+                   help="wall-clock budget of the training run (0: skip it)")
+    p.add_argument("--train-max-iters", type=int, default=60)
+    p.add_argument("--cpu-baseline", type=int, default=1024,
+                   help="also time the cpu backend at this N (0: skip)")
+    p.add_argument("--out", default=os.environ.get("OUT"), help="directory for bench.json/.txt")
+    a = p.parse_args()
+    if a.impl:
+        os.environ["TROT_MJX_IMPL"] = a.impl
+    if a.warp_graph:
+        os.environ["TROT_MJX_WARP_GRAPH"] = a.warp_graph
+    device = resolve_device(a.device)
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+
+    import jax
+    import mujoco
+
+    lines: list[str] = []
+
+    def say(s: str = "") -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    say(f"task={a.task} device={device} ({gpu}) torch={torch.__version__} jax={jax.__version__}"
+        f" jax_devices={jax.devices()} mujoco={mujoco.__version__} cpus={os.cpu_count()}")
+    rows = []
+    for n in sizes:
+        t = time.perf_counter()
+        env = trot.make_env(a.task, num_envs=n, sim="mjx", device=device)
+        build_s = time.perf_counter() - t
+        s = env.sim.substeps
+        row = {"num_envs": n, "impl": env.sim.impl, "compile_s": env.sim.compile_seconds,
+               "build_s": build_s}
+        row["physics"] = sim_only(env, a.steps) / s  # env-steps/s (bench returns physics)
+        row["env_loop"] = env_loop(env, a.steps) / s
+        row["train"], row["train_return"] = train_throughput(env, device, a.train_iters,
+                                                             a.rollout)
+        row["overflow_steps"] = int(env.sim.overflow_steps)
+        rows.append(row)
+        print(f"  N={n}: {row}", flush=True)
+        del env
+        _free(device)
+
+    if a.cpu_baseline:
+        env = trot.make_env(a.task, num_envs=a.cpu_baseline, sim="cpu")
+        s = env.sim.substeps
+        cpu_row = {"num_envs": a.cpu_baseline, "physics": sim_only(env, a.steps) / s,
+                   "env_loop": env_loop(env, a.steps) / s,
+                   "threads": getattr(env.sim, "nthread", 0)}
+        del env
+    else:
+        cpu_row = None
+
+    training = []
+    if a.train_seconds > 0:
+        training = short_training(a.task, a.train_envs, device, a.train_seconds,
+                                  a.train_max_iters)
+        say()
+        say(f"training run: {a.task}, sim=mjx, {a.train_envs} envs, PPO defaults, "
+            f"budget {a.train_seconds:.0f} s")
+        ret = float("nan")  # iterations where no episode ended report none: carry the last
+        for m in training:
+            m["last_return"] = ret = m.get("episode_return", ret)
+        for m in training[:: max(1, len(training) // 10)] + training[-1:]:
+            say(f"  iter {m['iteration']:>4}  env_steps {m['env_steps']:>11,}  "
+                f"wall {m['wall_s']:>6.1f} s  mean return {m['last_return']:>7.1f}  "
+                f"unstable envs {m.get('unstable_envs', 0):.0f}")
+
+    say()
+    say(f"env-steps/s on {device} ({a.task}; physics steps/s = env-steps/s x substeps)")
+    head = (f"{'backend':<10}{'envs':>7}{'compile s':>11}{'physics only':>15}{'env loop':>13}"
+            f"{'training':>13}")
+    say(head)
+    say("-" * len(head))
+    for r in rows:
+        say(f"{'mjx-' + r['impl']:<10}{r['num_envs']:>7}{r['compile_s']:>11.1f}"
+            f"{r['physics']:>15,.0f}{r['env_loop']:>13,.0f}{r['train']:>13,.0f}")
+    if cpu_row:
+        say(f"{'cpu':<10}{cpu_row['num_envs']:>7}{'-':>11}{cpu_row['physics']:>15,.0f}"
+            f"{cpu_row['env_loop']:>13,.0f}{'-':>13}   ({cpu_row['threads']} threads)")
+
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.txt").write_text("\n".join(lines) + "\n")
+        (out / "bench.json").write_text(json.dumps(
+            {"rows": rows, "cpu": cpu_row, "training": training, "args": vars(a)}, indent=1,
+            default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,560 @@
+"""The `mjx` backend: MuJoCo XLA stepping every env on the learner's device, shared with torch.
+
+One jitted program steps the whole batch: `jax.vmap` over envs of a `jax.lax.scan` over
+`substeps` calls of `mjx.step`. The state is an `mjx.Data` with a leading env axis, float32
+(JAX's default). Its qpos / qvel / sensordata / time buffers reach torch through DLPack
+without a copy, and controls, reset states and parameters reach JAX the same way.
+
+Implementations (`impl`): "warp" (MuJoCo Warp kernels called from XLA; NVIDIA GPUs) when the
+sim runs on a CUDA device and warp-lang imports, else "jax" (MJX's pure-JAX physics, any XLA
+device). Override with the `impl=` argument or the environment variable TROT_MJX_IMPL.
+
+Domain randomization: the fields of `RANDOMIZABLE_FIELDS` live in per-env tables [N, ...]
+that replace the model's fields, and `vmap` maps over exactly those (`in_axes=0`) while the
+rest of the model is shared (`in_axes=None`). The set of batched fields is part of the jitted
+program, so it is fixed per compiled program: by default every randomizable field is batched
+from the start (one compilation, whatever a task randomizes later; the tables cost
+N x (a few floats per body/geom/actuator/dof)). `randomize=()` batches nothing until
+`set_params` first names a field; each new set of batched fields then compiles once (cached
+per set, also across sims), never once per call.
+
+Compilation: the first step and reset are compiled in the constructor; their wall time is
+`compile_seconds` (vmap keeps the program the same size for any N). Compiled programs are
+cached per process; set JAX_COMPILATION_CACHE_DIR to keep them across processes.
+
+Torch and JAX on one CUDA device (the stream rule this file relies on):
+  * torch -> JAX: `jax.dlpack.from_dlpack(t)` passes JAX's stream to `t.__dlpack__`, and torch
+    then makes that stream wait on an event recorded on torch's *current* stream. So a tensor
+    written on torch's current stream may be handed over at once: no
+    `torch.cuda.synchronize()`. A tensor written on another torch stream must first be
+    ordered onto the current one (`torch.cuda.current_stream().wait_stream(side)`).
+  * JAX -> torch: `torch.from_dlpack(a)` passes torch's current stream to `a.__dlpack__`, and
+    JAX makes that stream wait until `a` is computed. No `block_until_ready()` is needed;
+    torch kernels reading the view are queued behind the JAX program that writes it.
+  * Lifetimes: JAX may read a torch tensor asynchronously, so every tensor handed to JAX is
+    kept referenced until torch has imported an output of the program that read it (which
+    orders torch's stream after that program); torch can then recycle the memory safely.
+    Conversely, every JAX launch here is preceded, in the same call, by a torch -> JAX import,
+    which orders it after all torch work queued so far, including reads of views of buffers
+    that JAX may now recycle.
+  * The torch views of JAX buffers (qpos, qvel, sensordata, time, unstable) are read-only:
+    JAX arrays are immutable and the next step reads them. Clone before writing.
+  * The attributes are rebound to new views by every step/reset (not updated in place): read
+    `sim.qpos` when needed rather than keeping the tensor from an earlier step.
+
+On a GPU, JAX would by default grab 75% of the device's memory at start-up, leaving torch
+short; importing this module sets XLA_PYTHON_CLIENT_PREALLOCATE=false first (unless the
+environment already says otherwise), so JAX allocates as it goes, next to torch's allocator.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts
+
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from functools import cache  # noqa: E402
+from typing import ClassVar  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from mujoco import mjx  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from trot.sim.base import (  # noqa: E402
+    MAX_STATE_VALUE,
+    RANDOMIZABLE_FIELDS,
+    check_field,
+    sensor_slices,
+    sensor_view,
+)
+
+IMPLS = ("jax", "warp")
+IMPL_ENV = "TROT_MJX_IMPL"
+WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
+
+# MuJoCo Warp's per-world overflow bitmask (mujoco_warp OverflowType): the bits that mean a
+# fixed-size buffer was too small and contacts or constraints were dropped. (ITERATIONS and
+# LS_ITERATIONS only say the solver hit its iteration limit.)
+_NEFC, _NJMAX_NNZ, _BROADPHASE, _NARROWPHASE, _CCD = 1, 2, 4, 8, 16
+_HFIELD, _CONTACT_MATCH, _NVMAX, _EPA_HORIZON, _TACTILE = 32, 64, 128, 256, 2048
+BUFFER_OVERFLOW_BITS = (_NEFC | _NJMAX_NNZ | _BROADPHASE | _NARROWPHASE | _CCD | _HFIELD
+                        | _CONTACT_MATCH | _NVMAX | _EPA_HORIZON | _TACTILE)
+
+# Data fields that define the state a step starts from (the rest is recomputed by forward);
+# a checkpoint holds these, plus sensordata so that observations resume exactly.
+_STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl", "qfrc_applied",
+                 "xfrc_applied", "mocap_pos", "mocap_quat", "eq_active", "userdata",
+                 "plugin_state", "history", "sensordata")
+
+
+def warp_available() -> bool:
+    """warp-lang and MJX's Warp bridge import."""
+    try:
+        from mujoco.mjx import warp as mjxw
+    except Exception:  # noqa: BLE001 (a broken warp install raises all sorts)
+        return False
+    return bool(getattr(mjxw, "WARP_INSTALLED", False))
+
+
+def resolve_impl(device: torch.device, impl: str | None = None) -> str:
+    """The argument, else $TROT_MJX_IMPL, else "warp" on CUDA with warp installed, else "jax"."""
+    choice = impl or os.environ.get(IMPL_ENV) or None
+    if choice is None:
+        return "warp" if device.type == "cuda" and warp_available() else "jax"
+    choice = choice.lower()
+    if choice not in IMPLS:
+        src = "impl" if impl else f"${IMPL_ENV}"
+        raise ValueError(f"unknown MJX implementation {choice!r} ({src}); accepted: "
+                         f"{', '.join(IMPLS)}")
+    if choice == "warp" and not warp_available():
+        raise ValueError("impl 'warp' needs warp-lang (pip install 'trot[mjx]'); "
+                         "use impl='jax'")
+    return choice
+
+
+def jax_device(device: torch.device) -> jax.Device:
+    """The JAX device that is the same memory as a torch device."""
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type != "cuda":
+        raise ValueError(f"the mjx backend runs on 'cpu' or 'cuda', not {str(device)!r}")
+    try:
+        gpus = jax.devices("cuda")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        raise ValueError(f"device {str(device)!r} requested but JAX sees no CUDA GPU: install "
+                         "a CUDA build of JAX (pip install 'jax[cuda12]') or use device 'cpu'")
+    index = torch.cuda.current_device() if device.index is None else device.index
+    for d in gpus:
+        if getattr(d, "local_hardware_id", d.id) == index:
+            return d
+    raise ValueError(f"JAX sees no CUDA device with index {index} "
+                     f"(it sees {[str(d) for d in gpus]})")
+
+
+# ---------------------------------------------------------------------- torch <-> JAX
+def to_jax(t: Tensor) -> jax.Array:
+    """Zero-copy torch -> JAX (see the stream rule in the module docstring)."""
+    return jax.dlpack.from_dlpack(t.detach().contiguous())
+
+
+def to_torch(a: jax.Array) -> Tensor:
+    """Zero-copy JAX -> torch view (read-only by convention)."""
+    if a.size == 0:  # some DLPack producers reject empty buffers; nothing to share anyway
+        dev = next(iter(a.devices()))
+        where = "cpu" if dev.platform == "cpu" else f"cuda:{dev.local_hardware_id}"
+        return torch.zeros(a.shape, dtype=_TORCH_DTYPES[np.dtype(a.dtype)], device=where)
+    return torch.from_dlpack(a)
+
+
+_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.int32): torch.int32,
+                 np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8,
+                 np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64}
+
+
+# ---------------------------------------------------------------------- jitted programs
+def _diverged(qpos: jax.Array, qvel: jax.Array) -> jax.Array:
+    """[N] bool: any NaN/Inf or |value| > MAX_STATE_VALUE (sim.base.diverged, on device)."""
+    x = jnp.concatenate([qpos, qvel], axis=1)
+    return ~jnp.all(jnp.abs(x) <= MAX_STATE_VALUE, axis=1)
+
+
+def _model_axes(m, fields: tuple[str, ...]):
+    """vmap in_axes for the model: 0 on the per-env parameter tables, None elsewhere."""
+    axes = jax.tree_util.tree_map(lambda _: None, m)
+    return axes.tree_replace({f: 0 for f in fields}) if fields else axes
+
+
+class _Structure:
+    """A pytree structure as a static jit argument. Flattening an `mjx.Model` costs a few
+    hundred microseconds per call (its numpy fields are hashed by content), so the programs
+    take flat leaves plus this: hashed once, and interned so that equal structures (equal
+    models, in any sim) are one object and compare by identity."""
+
+    _interned: ClassVar[dict] = {}
+
+    def __new__(cls, treedef):
+        obj = cls._interned.get(treedef)
+        if obj is None:
+            obj = super().__new__(cls)
+            obj.treedef, obj._hash = treedef, hash(treedef)
+            cls._interned[treedef] = obj
+        return obj
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, _Structure) and self.treedef == other.treedef)
+
+
+def _flat(tree) -> tuple[_Structure, list]:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return _Structure(treedef), leaves
+
+
+@cache
+def _programs(substeps: int, fields: tuple[str, ...]):
+    """(step, reset) for one number of substeps and one set of batched model fields. Module
+    level, so sims with equal model structure and N share compiled programs. Models and
+    data travel as flat leaves with their structure as a static argument (see _Structure)."""
+
+    def step_one(m, d, ctrl):
+        d = d.replace(ctrl=ctrl)
+
+        def substep(d, _):
+            return mjx.step(m, d), None
+
+        d, _ = jax.lax.scan(substep, d, None, length=substeps)
+        return d
+
+    def step(ms, ds, m_leaves, d_leaves, unstable, overflow_steps, ctrl):
+        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
+        d = jax.vmap(step_one, in_axes=(_model_axes(m, fields), 0, 0))(m, d, ctrl)
+        # sticky: a diverged env stays flagged until it is reset (as with MuJoCo C, whose
+        # diverged state stays non-finite once auto-reset is off)
+        unstable = unstable | _diverged(d.qpos, d.qvel)
+        overflow = _overflow(d, unstable.shape[0])
+        overflow_steps = overflow_steps + jnp.sum(overflow, dtype=jnp.int32)
+        return jax.tree_util.tree_leaves(d), unstable, overflow, overflow_steps
+
+    def reset(ms, ds, d0s, m_leaves, d_leaves, d0_leaves, unstable, mask, qpos, qvel):
+        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
+        d0 = d0s.treedef.unflatten(d0_leaves)
+
+        def one(m, d, msk, q, v):
+            fresh = mjx.forward(m, d0.replace(qpos=q, qvel=v))  # sensors of the new state
+            return d.where(msk, fresh)  # masked envs take fresh, the others keep d exactly
+
+        d = jax.vmap(one, in_axes=(_model_axes(m, fields), 0, 0, 0, 0))(m, d, mask, qpos, qvel)
+        return jax.tree_util.tree_leaves(d), unstable & ~mask, _overflow(d, mask.shape[0])
+
+    return jax.jit(step, static_argnums=(0, 1)), jax.jit(reset, static_argnums=(0, 1, 2))
+
+
+def _overflow(d, n: int) -> jax.Array:
+    """[N] bool: MuJoCo Warp dropped contacts/constraints in the env since its reset (the
+    flags are sticky until reset). MJX-JAX sizes its contact arrays statically: never."""
+    flags = getattr(d._impl, "overflow", None)
+    if flags is None:
+        return jnp.zeros((n,), dtype=bool)
+    return (flags.reshape(n, -1) & BUFFER_OVERFLOW_BITS).any(axis=1)
+
+
+@jax.jit
+def _broadcast_data(d0, qpos):
+    """An [N]-batched copy of the template data (vmap keeps MJX-Warp's shared buffers)."""
+    return jax.vmap(lambda q: d0.replace(qpos=q))(qpos)
+
+
+@jax.jit
+def _masked_rows(table, mask, values):
+    m = mask.reshape(mask.shape + (1,) * (table.ndim - 1))
+    return jnp.where(m, values, table)
+
+
+# ---------------------------------------------------------------------- the backend
+class MjxSim:
+    """Batched MJX. See `trot.sim.base.BatchedSim` for the contract.
+
+    Extra attributes: `impl` ("jax" or "warp"), `compile_seconds` (wall time of the first
+    step + reset compilation; near 0 when this process already compiled them for an equal
+    model and N), `compile_log` (the same per set of batched fields), `overflow` ([N] bool,
+    Warp only: buffers overflowed since the env's reset) and `overflow_steps` (0-d int32
+    tensor on device: env-steps that ended with an overflowed buffer, counted without a host
+    sync).
+    """
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        substeps: int = 1,
+        device: torch.device | str = "cpu",
+        impl: str | None = None,
+        randomize: Sequence[str] | None = None,
+        nconmax: int | None = None,
+        njmax: int | None = None,
+        warp_graph_mode: str | None = None,
+    ):
+        """randomize: the model fields kept per env from the start (default: all of
+        RANDOMIZABLE_FIELDS; see the module docstring). nconmax / njmax (Warp only): contact
+        slots per env (naconmax = N * nconmax for the batch) and constraint rows per env;
+        default: the model's <size nconmax/njmax> when set, else MuJoCo Warp's estimate.
+        warp_graph_mode (Warp only; else $TROT_MJX_WARP_GRAPH, else MJX's default): how the
+        Warp calls capture CUDA graphs, a name of `mujoco.mjx.warp.types.GraphMode`
+        (WARP_STAGED avoids re-captures when XLA moves buffers between calls)."""
+        if num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
+        if substeps <= 0:
+            raise ValueError(f"substeps must be a positive integer, got {substeps}")
+        self.model = model
+        self.num_envs = n = num_envs
+        self.substeps = substeps
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.impl = resolve_impl(self.device, impl)
+        self._jdev = jax_device(self.device)
+        self._sensors = sensor_slices(model)
+
+        kw = {}
+        if self.impl == "warp":
+            # Warp keeps every env's contacts in one shared buffer of naconmax slots and
+            # njmax constraint rows per env; overflow drops contacts (see `overflow`).
+            self.nconmax = int(nconmax or _model_size(model, "nconmax") or _warp_default(
+                "_default_nconmax", model, 64))
+            self.njmax = int(njmax or _model_size(model, "njmax") or _warp_default(
+                "_default_njmax", model, 128))
+            kw = {"naconmax": n * self.nconmax, "njmax": self.njmax}
+        else:
+            self.nconmax = self.njmax = None  # MJX-JAX: contact arrays sized from the model
+        # MJX never auto-resets a diverging env (divergence stays visible, as the cpu backend
+        # arranges with mjDSBL_AUTORESET). MuJoCo Warp rejects that flag, and the flags are
+        # part of the compiled programs' signature: put a copy without it, so that a model
+        # shared with a CpuSim (which sets it) still maps to one program.
+        clean = copy.copy(model)
+        clean.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_AUTORESET)
+        graph = warp_graph_mode or os.environ.get(WARP_GRAPH_ENV)
+        if self.impl == "warp" and graph:
+            from mujoco.mjx.warp import types as mjxw_types
+
+            try:
+                kw_model = {"graph_mode": getattr(mjxw_types.GraphMode, graph.upper())}
+            except AttributeError:
+                raise ValueError(f"unknown Warp graph mode {graph!r}; accepted: " + ", ".join(
+                    m.name for m in mjxw_types.GraphMode)) from None
+        else:
+            kw_model = {}
+        self._mx = mjx.put_model(clean, device=self._jdev, impl=self.impl, **kw_model)
+        d0 = mjx.make_data(clean, device=self._jdev, impl=self.impl, **kw)
+        if model.nmocap:  # mj_resetData puts mocap bodies at their model pose; so do we
+            ids = np.flatnonzero(model.body_mocapid >= 0)
+            ids = ids[np.argsort(model.body_mocapid[ids])]
+            put = lambda a: jax.device_put(a.astype(np.float32), self._jdev)  # noqa: E731
+            d0 = d0.replace(mocap_pos=put(model.body_pos[ids]),
+                            mocap_quat=put(model.body_quat[ids]))
+        # the reset template: zero time, act, warmstart, ctrl and applied forces
+        self._d0s, self._d0_leaves = _flat(d0)
+
+        # per-env parameter tables [N, *shape] float32 for the batched model fields
+        fields = RANDOMIZABLE_FIELDS if randomize is None else tuple(randomize)
+        for f in fields:
+            check_field(model, f)
+        self._params: dict[str, jax.Array] = {f: self._base_table(f) for f in sorted(fields)}
+        self._ms, self._m_leaves = _flat(self._batched_model())
+
+        # state: the batched mjx.Data as flat leaves (see _Structure)
+        qpos0 = jax.device_put(np.tile(model.qpos0.astype(np.float32), (n, 1)), self._jdev)
+        self._ds, self._d_leaves = _flat(_broadcast_data(d0, qpos0))
+        paths = jax.tree_util.tree_flatten_with_path(self._data())[0]
+        self._idx = {_attr_name(p): i for i, (p, _) in enumerate(paths)}
+        self._unstable = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
+        self._overflow = self._unstable
+        self._overflow_steps = jax.device_put(np.zeros((), dtype=np.int32), self._jdev)
+        self.compile_seconds = 0.0
+        self.compile_log: dict[tuple[str, ...], float] = {}  # per set of batched fields
+        self._compiled: set[tuple[str, ...]] = set()
+        self._warm_up()
+        everyone = torch.ones(n, dtype=torch.bool, device=self.device)
+        qpos = torch.as_tensor(np.tile(model.qpos0, (n, 1)), dtype=torch.float32)
+        self.reset(everyone, qpos.to(self.device), torch.zeros(n, model.nv, device=self.device))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def control_dt(self) -> float:
+        return float(self.model.opt.timestep) * self.substeps
+
+    @property
+    def time(self) -> Tensor:
+        """[N] float32 simulated time since each env's last reset."""
+        return to_torch(self._leaf("time"))
+
+    @property
+    def overflow_steps(self) -> Tensor:
+        return to_torch(self._overflow_steps)
+
+    @property
+    def randomized_fields(self) -> tuple[str, ...]:
+        """The model fields batched per env in the compiled programs."""
+        return tuple(self._params)
+
+    def sensor(self, name: str) -> Tensor:
+        return sensor_view(self, self._sensors, name)
+
+    def _leaf(self, name: str) -> jax.Array:
+        return self._d_leaves[self._idx[name]]
+
+    def _data(self):
+        """The batched mjx.Data (rebuilt from the flat leaves)."""
+        return self._ds.treedef.unflatten(self._d_leaves)
+
+    # ------------------------------------------------------------------ programs
+    def _fns(self):
+        return _programs(self.substeps, tuple(self._params))
+
+    def _warm_up(self) -> None:
+        """Compile step and reset for the current set of batched fields (once per set). On
+        the jax impl the two compile in parallel threads (XLA compiles without the GIL);
+        Warp's first calls load its kernels, which is left to one thread at a time."""
+        key = tuple(self._params)
+        if key in self._compiled:
+            return
+        step, reset = self._fns()
+        n, nu = self.num_envs, self.model.nu
+        mask = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
+        ctrl = jax.device_put(np.zeros((n, nu), dtype=np.float32), self._jdev)
+        # results are discarded: JAX programs do not mutate their inputs
+        jobs = [lambda: reset(self._ms, self._ds, self._d0s, self._m_leaves, self._d_leaves,
+                              self._d0_leaves, self._unstable, mask, self._leaf("qpos"),
+                              self._leaf("qvel")),
+                lambda: step(self._ms, self._ds, self._m_leaves, self._d_leaves,
+                             self._unstable, self._overflow_steps, ctrl)]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(len(jobs) if self.impl == "jax" else 1) as pool:
+            for out in [pool.submit(job) for job in jobs]:
+                jax.block_until_ready(out.result())
+        seconds = time.perf_counter() - t0
+        if not self._compiled:
+            self.compile_seconds = seconds
+        self.compile_log[key] = seconds
+        self._compiled.add(key)
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, ctrl: Tensor) -> None:
+        if tuple(ctrl.shape) != (self.num_envs, self.model.nu):
+            raise ValueError(f"ctrl must have shape {(self.num_envs, self.model.nu)}, "
+                             f"got {tuple(ctrl.shape)}")
+        ctrl_t = ctrl.to(self.device, torch.float32).contiguous()
+        step, _ = self._fns()
+        self._d_leaves, self._unstable, self._overflow, self._overflow_steps = step(
+            self._ms, self._ds, self._m_leaves, self._d_leaves, self._unstable,
+            self._overflow_steps, to_jax(ctrl_t))
+        self._refresh()
+        del ctrl_t  # released only now: torch's stream is ordered after the step (see top)
+
+    def _refresh(self) -> None:
+        self.qpos = to_torch(self._leaf("qpos"))
+        self.qvel = to_torch(self._leaf("qvel"))
+        self.sensordata = to_torch(self._leaf("sensordata"))
+        self.unstable = to_torch(self._unstable)
+        self.overflow = to_torch(self._overflow)
+
+    # ------------------------------------------------------------------ resets
+    def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
+        n, m = self.num_envs, self.model
+        if tuple(mask.shape) != (n,):
+            raise ValueError(f"mask must have shape {(n,)}, got {tuple(mask.shape)}")
+        if tuple(qpos.shape) != (n, m.nq) or tuple(qvel.shape) != (n, m.nv):
+            raise ValueError(f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got "
+                             f"{tuple(qpos.shape)}/{tuple(qvel.shape)}")
+        inputs = (mask.to(self.device, torch.bool).contiguous(),
+                  qpos.to(self.device, torch.float32).contiguous(),
+                  qvel.to(self.device, torch.float32).contiguous())
+        _, reset = self._fns()
+        self._d_leaves, self._unstable, self._overflow = reset(
+            self._ms, self._ds, self._d0s, self._m_leaves, self._d_leaves, self._d0_leaves,
+            self._unstable, *(to_jax(t) for t in inputs))
+        self._refresh()
+        del inputs  # see step()
+
+    # ------------------------------------------------------------------ randomization
+    def _base_values(self, field: str) -> np.ndarray:
+        """[N, *shape] float32: the model's value of a field in every env."""
+        shape = check_field(self.model, field)
+        base = np.asarray(getattr(self.model, field), dtype=np.float32).reshape(shape)
+        return np.ascontiguousarray(np.broadcast_to(base, (self.num_envs, *shape)))
+
+    def _base_table(self, field: str) -> jax.Array:
+        return jax.device_put(self._base_values(field), self._jdev)
+
+    def _batched_model(self):
+        return self._mx.tree_replace(dict(self._params)) if self._params else self._mx
+
+    def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
+        shape = check_field(self.model, field)
+        if tuple(values.shape) != (self.num_envs, *shape):
+            raise ValueError(
+                f"values for {field} must have shape {(self.num_envs, *shape)}, "
+                f"got {tuple(values.shape)}"
+            )
+        if tuple(mask.shape) != (self.num_envs,):
+            raise ValueError(f"mask must have shape {(self.num_envs,)}, got {tuple(mask.shape)}")
+        inputs = (mask.to(self.device, torch.bool).contiguous(),
+                  values.to(self.device, torch.float32).contiguous())
+        mask_j, values_j = (to_jax(t) for t in inputs)
+        new_field = field not in self._params
+        table = self._base_table(field) if new_field else self._params[field]
+        self._params[field] = _masked_rows(table, mask_j, values_j)
+        if new_field:  # a new set of batched fields: one new program (cached per set)
+            self._params = dict(sorted(self._params.items()))
+        self._ms, self._m_leaves = _flat(self._batched_model())
+        if new_field:
+            self._warm_up()
+        to_torch(self._params[field])  # orders torch after the update (see top); no sync
+        del inputs
+
+    def params(self, field: str) -> Tensor:
+        """A copy: [N, *shape] float32 on the sim's device."""
+        check_field(self.model, field)
+        table = self._params.get(field)
+        if table is None:  # not batched: the model's value, made by torch alone
+            return torch.from_numpy(self._base_values(field)).to(self.device)
+        return to_torch(table).clone()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Tensor]:
+        out = {k: to_torch(self._leaf(k)).clone() for k in _STATE_FIELDS if k in self._idx}
+        out.update({f"param/{k}": to_torch(v).clone() for k, v in self._params.items()})
+        return out
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        for key, vals in state.items():
+            if key.startswith("param/"):
+                self.set_params(key.removeprefix("param/"), everyone, vals)
+        leaves = list(self._d_leaves)
+        for k in _STATE_FIELDS:
+            if k not in state or k not in self._idx:
+                continue
+            cur = leaves[self._idx[k]]
+            if tuple(state[k].shape) != tuple(cur.shape):
+                raise ValueError(f"state {k!r} has shape {tuple(state[k].shape)}, this sim "
+                                 f"needs {tuple(cur.shape)}")
+            if cur.size:  # a private copy: JAX keeps using this memory after we return
+                t = state[k].to(self.device, _TORCH_DTYPES[np.dtype(cur.dtype)], copy=True)
+                leaves[self._idx[k]] = to_jax(t)
+        self._d_leaves = leaves
+        self._unstable = jax.device_put(np.zeros(self.num_envs, dtype=bool), self._jdev)
+        self._overflow = self._unstable
+        self._refresh()
+
+
+def _attr_name(path) -> str:
+    """'qpos', '_impl.overflow', ... from a pytree key path of an mjx.Data."""
+    return ".".join(str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k))))
+                    for k in path)
+
+
+def _model_size(model: mujoco.MjModel, name: str) -> int:
+    v = int(getattr(model, name, -1))
+    return max(0, v)
+
+
+def _warp_default(fn: str, model: mujoco.MjModel, fallback: int) -> int:
+    """MuJoCo Warp's own per-world estimate (a private helper: fall back if it moved)."""
+    try:
+        from mujoco.mjx.third_party.mujoco_warp._src import io as mjw_io
+
+        return int(getattr(mjw_io, fn)(model))
+    except Exception:  # noqa: BLE001
+        return fallback

@@ -71,7 +71,7 @@ def main() -> None:
         print(f"{train_s:8.1f} {trainer.env_steps:11,d} {rate:9,.0f} "
               f"{last.get('episode_return', float('nan')):13.1f} {res['mean_return']:12.1f} "
               f"{res.get('upright_second_half', float('nan')):17.2f}", flush=True)
-        if target_met(a.task, res, eval_env.task.max_return()):
+        if hit is None and target_met(a.task, res, eval_env.task.max_return()):
             hit = train_s
     train_rate = (trainer.env_steps - steps0) / train_s
     loop_env = make_env(a.task, a.num_envs, seed=7)

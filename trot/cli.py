@@ -121,6 +121,9 @@ def cmd_train(args: list[str]) -> int:
         else:
             trainer, run_dir = start_run(parse_train(args))
             print(f"run directory: {run_dir}", flush=True)
+        compile_s = getattr(trainer.env.sim, "compile_seconds", None)
+        if compile_s is not None:  # the mjx backend compiles its step and reset once
+            print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
         return _fail(str(e))
     trainer.train(run_dir)

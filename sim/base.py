@@ -74,6 +74,10 @@ class BatchedSim(Protocol):
         """Envs where mask [N] is set get qpos [N, nq] / qvel [N, nv] (rows elsewhere are
         ignored), zero time, act and warmstart, then forward kinematics; others untouched."""
 
+    def kick(self, mask: Tensor, dqvel: Tensor) -> None:
+        """Add dqvel [N, nv] to the velocity of envs where mask [N] is set (pushes); the rest
+        of their state, solver warmstart included, is untouched."""
+
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
         """Per-env model parameters: rows of values [N, *field.shape] where mask is set."""
 

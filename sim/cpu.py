@@ -114,6 +114,12 @@ class CpuSim:
         self.unstable.numpy()[ids] = False
         self._refresh()
 
+    def kick(self, mask: Tensor, dqvel: Tensor) -> None:
+        ids = np.flatnonzero(mask.numpy())
+        if ids.size:
+            self._b.bind("qvel")[ids] += dqvel.numpy()[ids]
+            self.qvel.copy_(self._qvel64)
+
     # ------------------------------------------------------------------ randomization
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
         shape = check_field(self.model, field)

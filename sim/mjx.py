@@ -257,6 +257,11 @@ def _broadcast_data(d0, qpos):
 
 
 @jax.jit
+def _kicked(qvel, mask, dqvel):
+    return qvel + jnp.where(mask[:, None], dqvel, 0.0)
+
+
+@jax.jit
 def _masked_rows(table, mask, values):
     m = mask.reshape(mask.shape + (1,) * (table.ndim - 1))
     return jnp.where(m, values, table)
@@ -464,6 +469,16 @@ class MjxSim:
         self._d_leaves, self._unstable, self._overflow = reset(
             self._ms, self._ds, self._d0s, self._m_leaves, self._d_leaves, self._d0_leaves,
             self._unstable, *(to_jax(t) for t in inputs))
+        self._refresh()
+        del inputs  # see step()
+
+    def kick(self, mask: Tensor, dqvel: Tensor) -> None:
+        inputs = (mask.to(self.device, torch.bool).contiguous(),
+                  dqvel.to(self.device, torch.float32).contiguous())
+        leaves = list(self._d_leaves)
+        i = self._idx["qvel"]
+        leaves[i] = _kicked(leaves[i], *(to_jax(t) for t in inputs))
+        self._d_leaves = type(self._d_leaves)(leaves)
         self._refresh()
         del inputs  # see step()
 

@@ -326,9 +326,7 @@ class Go1Flat(Task[Go1FlatConfig]):
             self._push(sim, gen)
 
     def _push(self, sim: BatchedSim, gen: torch.Generator) -> None:
-        """Kick due envs: add U(-v, v) to the base's world-frame x/y velocity. BatchedSim has
-        no velocity-kick call, so this rewrites their state through `reset` (which also
-        zeroes their sim time; this task never reads it)."""
+        """Kick due envs: add U(-v, v) to the base's world-frame x/y velocity."""
         n, dev = sim.num_envs, sim.device
         self._push_timer += 1
         due = self._push_timer >= self._push_at
@@ -336,9 +334,9 @@ class Go1Flat(Task[Go1FlatConfig]):
         self._push_at.copy_(torch.where(due, self._draw_push_interval(n, gen, dev),
                                         self._push_at))
         kick = self.config.push_velocity * (2 * torch.rand(n, 2, generator=gen, device=dev) - 1)
-        qvel = sim.qvel.clone()
-        qvel[:, :2] += torch.where(due[:, None], kick, 0.0)
-        sim.reset(due, sim.qpos.clone(), qvel)
+        dqvel = torch.zeros_like(sim.qvel)
+        dqvel[:, :2] = kick
+        sim.kick(due, dqvel)
 
     def action_to_ctrl(self, action: Tensor) -> Tensor:
         """Joint targets; with latency L, the targets of the action from L steps ago."""

@@ -591,3 +591,18 @@ def test_cuda_handoff_is_stream_ordered(model):
         # a stale action or a stale/half-written state is off by ~1e-3; Warp's atomics may
         # reorder float sums, hence not bit-equality
         assert torch.allclose(got, want, rtol=0.0, atol=1e-5)
+
+
+def test_kick_matches_cpu_backend(model):
+    sim, ref = _pair(model, seed=4)
+    mask = _mask(0, 3)
+    dq = torch.randn(N, model.nv, generator=torch.Generator().manual_seed(2))
+    before = sim.qvel.clone()
+    sim.kick(mask, dq)
+    ref.kick(mask, dq)
+    _close(sim.qvel, ref.qvel, 1e-5)
+    assert torch.equal(sim.qvel[~mask], before[~mask])
+    for c in _controls(20, seed=5):
+        sim.step(c)
+        ref.step(c)
+    _close(sim.qpos, ref.qpos, 1e-3)

@@ -308,3 +308,19 @@ def test_constructor_rejects_bad_sizes(model):
         CpuSim(model, 0)
     with pytest.raises(ValueError, match="substeps"):
         CpuSim(model, 2, substeps=0)
+
+
+def test_kick_adds_velocity_to_masked_envs_only(model):
+    sim, _, _ = _new_sim(model)
+    for c in _controls(N, 3, seed=9):
+        sim.step(c)
+    before = sim.state_dict()["state"].clone()
+    qvel = sim.qvel.clone()
+    mask = torch.zeros(N, dtype=torch.bool)
+    mask[[1, 4]] = True
+    dq = torch.randn(N, model.nv, dtype=torch.float32)
+    sim.kick(mask, dq)
+    after = sim.state_dict()["state"]
+    assert torch.equal(after[~mask], before[~mask])  # rows untouched, warmstart included
+    assert torch.allclose(sim.qvel[mask], qvel[mask] + dq[mask], atol=1e-6)
+    assert torch.equal(sim.qvel[~mask], qvel[~mask])

@@ -58,6 +58,16 @@ class PPOConfig:
     """initial log standard deviation of the Gaussian policy"""
     activation: Literal["elu", "tanh", "relu"] = "elu"
     """hidden activation"""
+    off_policy: Literal["ratio", "ignore", "vtrace"] = "ratio"
+    """how the update treats data from a lagging behaviour policy mu (TrainConfig.actor_lag):
+    ratio: GAE, surrogate on pi/mu from the stored behaviour log-probs (clipped if `clip`:
+    PPO; unclipped: A2C); ignore: GAE, loss -log pi * A (the lag is ignored; needs
+    clip=False); vtrace: V-trace critic targets, and -log pi * rho * A (IMPALA) without
+    `clip`, or the clipped pi/mu surrogate on unweighted V-trace advantages with `clip`"""
+    rho_bar: float = 1.0
+    """V-trace: truncation of the importance weights in the TD errors (sets the fixed point)"""
+    c_bar: float = 1.0
+    """V-trace: truncation of the traces (lam * min(c_bar, pi/mu))"""
 
     def as_a2c(self) -> "PPOConfig":
         """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping."""
@@ -75,6 +85,11 @@ class PPOConfig:
             (self.clip_low >= 0 and self.clip_high >= 0, "clip_low/clip_high must be >= 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
             (0 < self.popart_beta <= 1, "popart_beta must be in (0, 1]"),
+            (self.off_policy in ("ratio", "ignore", "vtrace"),
+             f"off_policy must be ratio, ignore or vtrace, got {self.off_policy!r}"),
+            (not (self.off_policy == "ignore" and self.clip),
+             "off_policy='ignore' has no importance ratio to clip; set clip=False"),
+            (self.rho_bar > 0 and self.c_bar > 0, "rho_bar and c_bar must be > 0"),
             ((self.rollout_steps * num_envs) % self.minibatches == 0,
              f"batch of rollout_steps * num_envs = {self.rollout_steps} * {num_envs} = "
              f"{self.rollout_steps * num_envs} does not divide into {self.minibatches} "

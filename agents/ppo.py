@@ -14,6 +14,7 @@ from trot.agents.advantages import compute_gae
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic, gaussian_kl
 from trot.agents.storage import Batch, Rollout
+from trot.agents.vtrace import vtrace
 
 LR_BOUNDS = (1e-5, 1e-2)
 
@@ -62,10 +63,19 @@ class PPO:
         lo, hi = LR_BOUNDS
         self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
 
+    @property
+    def weights_by_log_prob(self) -> bool:
+        """The policy loss is -log pi * A (the ratio pi/mu is ignored, or already inside A as
+        V-trace's rho) rather than the surrogate on pi/mu."""
+        return self.cfg.off_policy == "ignore" or (self.cfg.off_policy == "vtrace"
+                                                   and not self.cfg.clip)
+
     @torch.no_grad()
-    def act(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample actions [N, A]; return them with log-probs [N] and the means [N, A]."""
-        dist = self.ac.actor.dist(obs)
+    def act(self, obs: Tensor, actor: torch.nn.Module | None = None
+            ) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample actions [N, A]; return them with log-probs [N] and the means [N, A].
+        `actor`: the behaviour actor (a lagged snapshot); default the learner's own."""
+        dist = (self.ac.actor if actor is None else actor).dist(obs)
         action = dist.sample()
         return action, dist.log_prob(action).sum(-1), dist.loc
 
@@ -75,8 +85,16 @@ class PPO:
         t, n = ro.rewards.shape
         critic = self.ac.critic
         next_values = critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)  # [T, N]
-        adv, ret = compute_gae(ro.rewards, ro.values, next_values, ro.terminated,
-                               ro.truncated, self.cfg.gamma, self.cfg.lam)
+        if self.cfg.off_policy == "vtrace":  # log pi(a|x) of the policy about to be updated
+            log_pi = self.ac.actor.dist(ro.obs.flatten(0, 1)).log_prob(
+                ro.actions.flatten(0, 1)).sum(-1).view(t, n)  # [T, N]
+            ret, adv = vtrace(ro.rewards, ro.values, next_values, ro.terminated, ro.truncated,
+                              log_pi - ro.log_probs, self.cfg.gamma, self.cfg.lam,
+                              self.cfg.rho_bar, self.cfg.c_bar,
+                              weight_advantages=not self.cfg.clip)
+        else:
+            adv, ret = compute_gae(ro.rewards, ro.values, next_values, ro.terminated,
+                                   ro.truncated, self.cfg.gamma, self.cfg.lam)
         if critic.popart is not None:
             critic.popart.update(ret.flatten())
         if self.cfg.advantage_norm == "batch":
@@ -85,10 +103,15 @@ class PPO:
         return Batch(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions), flat(ro.log_probs),
                      flat(ro.action_mean), flat(adv), flat(ret), flat(ro.values))
 
-    def update(self, batch: Batch, gen: torch.Generator) -> dict[str, Tensor]:
-        """Epochs of minibatch SGD. Returns 0-d device tensors (means over minibatches)."""
+    def update(self, batch: Batch, gen: torch.Generator,
+               behaviour_log_std: Tensor | None = None) -> dict[str, Tensor]:
+        """Epochs of minibatch SGD. Returns 0-d device tensors (means over minibatches).
+        `behaviour_log_std` [A]: the std of the policy that collected the batch (a lagged
+        snapshot's); default the learner's own at update start (no lag)."""
         cfg, ac = self.cfg, self.ac
-        old_log_std = ac.actor.log_std.detach().clone()  # behaviour policy's (state-free) std
+        # behaviour policy's (state-free) std, for the KL against the behaviour policy
+        old_log_std = (ac.actor.log_std if behaviour_log_std is None
+                       else behaviour_log_std).detach().clone()
         sums = torch.zeros(7, device=self.device)
         size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):
@@ -108,8 +131,11 @@ class PPO:
         entropy = dist.entropy().sum(-1).mean()
         adv = normalize_advantages(b.advantages) if cfg.advantage_norm == "minibatch" \
             else b.advantages
-        pg, clip_frac = surrogate_loss(log_probs, b.log_probs, adv, cfg.clip, cfg.clip_low,
-                                       cfg.clip_high)
+        if self.weights_by_log_prob:  # the lag ignored, or corrected inside adv (V-trace)
+            pg, clip_frac = -(log_probs * adv).mean(), torch.zeros((), device=adv.device)
+        else:
+            pg, clip_frac = surrogate_loss(log_probs, b.log_probs, adv, cfg.clip,
+                                           cfg.clip_low, cfg.clip_high)
         critic = ac.critic
         vf = value_loss(critic(b.critic_obs), critic.normalize_targets(b.values),
                         critic.normalize_targets(b.returns), cfg.value_clip)

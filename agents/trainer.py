@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import signal
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -50,15 +51,25 @@ class Trainer:
         self.wall_s = 0.0
         self.nan_updates = 0
         self._consecutive_nan = 0
+        # actor_lag K: the actor's state after each of the last K + 1 updates (device tensors,
+        # normalizer included); collect() acts with the oldest through `behaviour_actor`
+        self.actor_snapshots: deque[dict[str, torch.Tensor]] = deque(maxlen=cfg.actor_lag + 1)
+        self.behaviour_actor = None
+        if cfg.actor_lag > 0:
+            self.behaviour_actor = copy.deepcopy(self.ac.actor).requires_grad_(False)
+            self.actor_snapshots.append(_clone_state(self.ac.actor))
         env.reset(stagger=cfg.stagger_start)
 
     # ------------------------------------------------------------------ one iteration
     @torch.no_grad()
     def collect(self) -> Rollout:
         ro, env = self.storage, self.env
+        actor = self.behaviour_actor  # None: act with the learner's own actor (no lag)
+        if actor is not None:
+            actor.load_state_dict(self.actor_snapshots[0])  # K updates old
         for t in range(ro.steps):
             obs = env.obs
-            action, log_prob, mean = self.algo.act(obs.policy)
+            action, log_prob, mean = self.algo.act(obs.policy, actor)
             res = env.step(action)
             ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
                      log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
@@ -75,7 +86,9 @@ class Trainer:
         snapshot = self._snapshot()
         ro = self.collect()
         batch = self.algo.prepare(ro)
-        stats = self.algo.update(batch, self.gen)
+        behaviour = self.behaviour_actor
+        stats = self.algo.update(batch, self.gen,
+                                 None if behaviour is None else behaviour.log_std)
         self.ac.update_normalizers(batch.obs, batch.critic_obs)
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
@@ -95,6 +108,8 @@ class Trainer:
                     "stopped with the last good checkpoint kept")
         else:
             self._consecutive_nan = 0
+        if self.behaviour_actor is not None:
+            self.actor_snapshots.append(_clone_state(self.ac.actor))
         if m.get("episodes", 0) == 0:
             m = {k: v for k, v in m.items() if not (k.startswith("episode_")
                                                      or k.startswith("reward/"))}
@@ -118,7 +133,7 @@ class Trainer:
             "env_steps": self.env_steps, "wall_s": self.wall_s,
             "nan_updates": self.nan_updates, "config": to_json(self.cfg),
             "trot_version": trot.__version__,
-        }
+        } | ({"actor_snapshots": list(self.actor_snapshots)} if self.cfg.actor_lag else {})
 
     def load_state_dict(self, s: dict) -> None:
         self.ac.load_state_dict(s["model"])
@@ -128,6 +143,9 @@ class Trainer:
         self.gen.set_state(s["gen"])
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
+        if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
+            self.actor_snapshots.clear()
+            self.actor_snapshots.extend(s.get("actor_snapshots", [_clone_state(self.ac.actor)]))
 
     def save(self, run_dir: Path) -> None:
         save_checkpoint(run_dir / CHECKPOINT, self.state_dict())
@@ -165,6 +183,10 @@ class Trainer:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)
         return run_dir
+
+
+def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 class _StopFlag:

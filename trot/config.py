@@ -46,6 +46,9 @@ class TrainConfig:
     """start each env's episode clock at a random step, so time-limit resets spread out"""
     torch_threads: int = 1
     """CPU threads for torch ops (0: torch's default). 1 avoids fighting MuJoCo's threads"""
+    actor_lag: int = 0
+    """actors act with the parameters of K updates ago, kept as snapshots on the device
+    (stale-actor experiments; see agent.off_policy for how the learner corrects)"""
     export: bool = True
     """export policy.onnx + policy.json at the end of training"""
     agent: PPOConfig = field(default_factory=PPOConfig)
@@ -65,6 +68,8 @@ class TrainConfig:
             raise ValueError(f"num_envs must be a positive integer, got {self.num_envs}")
         if self.max_env_steps <= 0 or self.minutes < 0:
             raise ValueError("max_env_steps must be > 0 and minutes >= 0")
+        if self.actor_lag < 0:
+            raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
         self.agent_effective.validate(self.num_envs)
 
 

@@ -25,7 +25,8 @@ import torch
 from mujoco import batch
 from torch import Tensor
 
-from trot.sim.base import check_field, diverged, sensor_slices, sensor_view
+from trot.sim.base import (RANDOMIZABLE_FIELDS, check_field, diverged, sensor_slices,
+                           sensor_view)
 
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
@@ -148,14 +149,11 @@ class CpuSim:
     def state_dict(self) -> dict[str, Tensor]:
         out = {"state": torch.from_numpy(self._b.state.copy()),
                "sensordata": self._sens64.clone()}
-        for field in sorted({f for f in self._expanded_fields()}):
-            out[f"param/{field}"] = torch.from_numpy(np.array(self._b.expanded(field)))
+        for field in RANDOMIZABLE_FIELDS:  # only the fields some env has its own values of
+            per_env = self._b.expanded(field)
+            if per_env is not None:
+                out[f"param/{field}"] = torch.from_numpy(np.array(per_env))
         return out
-
-    def _expanded_fields(self) -> list[str]:
-        from trot.sim.base import RANDOMIZABLE_FIELDS
-
-        return [f for f in RANDOMIZABLE_FIELDS if self._b.expanded(f) is not None]
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         everyone = torch.ones(self.num_envs, dtype=torch.bool)

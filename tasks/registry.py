@@ -3,7 +3,7 @@ settings. Variants are further `register` calls with `dataclasses.replace(base, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any
 
 import mujoco
@@ -71,6 +71,3 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     s = make_sim(sim, model, num_envs, cfg.substeps, device)
     return Env(task, t, s, seed)
 
-
-def config_fields(cfg: TaskConfig) -> dict[str, Any]:
-    return {f.name: getattr(cfg, f.name) for f in fields(cfg)}

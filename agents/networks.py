@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from trot.agents.config import PPOConfig
+from trot.agents.distributed import Comm
 from trot.agents.normalization import PopArt, RunningMeanStd
 
 _ACT = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
@@ -88,12 +89,12 @@ class ActorCritic(nn.Module):
         self.shared = cfg.share_torso
 
     @torch.no_grad()
-    def update_normalizers(self, obs: Tensor, critic_obs: Tensor) -> None:
-        """obs [B, P], critic_obs [B, C]: fold a batch into the running statistics."""
+    def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = Comm()) -> None:
+        """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics."""
         if isinstance(self.actor.normalizer, RunningMeanStd):
-            self.actor.normalizer.update(obs)
+            self.actor.normalizer.merge(*comm.moments(obs))
             if not self.shared:
-                self.critic.normalizer.update(critic_obs)
+                self.critic.normalizer.merge(*comm.moments(critic_obs))
 
 
 def gaussian_kl(mu0: Tensor, log_std0: Tensor, mu1: Tensor, log_std1: Tensor) -> Tensor:

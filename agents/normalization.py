@@ -144,18 +144,22 @@ class PopArt(nn.Module):
     @torch.no_grad()
     def update(self, targets: Tensor) -> None:
         """Move the statistics toward targets: [B] (K = 1) or [B, K]; rescale head in place."""
-        head = self.head
-        k = head.out_features
         y = targets.detach().to(self.mu.device, torch.float64)
-        y = y.reshape(-1, k)  # [B, K]
+        y = y.reshape(-1, self.head.out_features)  # [B, K]
+        self.update_from_moments(y.mean(0), (y * y).mean(0))
 
+    @torch.no_grad()
+    def update_from_moments(self, mean: Tensor, mean_sq: Tensor) -> None:
+        """`update` from the targets' first and second moments [K] (e.g. merged over
+        processes, trot.agents.distributed); rescale head in place."""
+        head = self.head
         old_mu, old_std = self.mu.clone(), self.std  # [K]
         # Debiased EMA: with c_k = 1 - (1 - beta)^k the debiased average obeys
         # m_k = m_{k-1} + (beta / c_k) * (x_k - m_{k-1}).
         self.count += 1
         step = self.beta / (1.0 - (1.0 - self.beta) ** self.count)  # scalar tensor
-        self.mu.lerp_(y.mean(0), step)
-        self.nu.lerp_((y * y).mean(0), step)
+        self.mu.lerp_(mean.to(self.mu), step)
+        self.nu.lerp_(mean_sq.to(self.nu), step)
         new_mu, new_std = self.mu, self.std  # [K]
 
         # Keep denormalize(head(f)) fixed: s'(w'f + b') + m' == s(wf + b) + m for all f.

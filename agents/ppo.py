@@ -12,6 +12,7 @@ from torch import Tensor
 
 from trot.agents.advantages import compute_gae
 from trot.agents.config import PPOConfig
+from trot.agents.distributed import Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
 from trot.agents.storage import Batch, Rollout
 from trot.agents.vtrace import vtrace
@@ -40,8 +41,11 @@ def value_loss(pred: Tensor, old: Tensor, target: Tensor, clip: float) -> Tensor
     return err.mean()
 
 
-def normalize_advantages(adv: Tensor) -> Tensor:
-    return (adv - adv.mean()) / (adv.std() + 1e-8)
+def normalize_advantages(adv: Tensor, comm: Comm = Comm()) -> Tensor:
+    """adv [*] -> zero mean, unit (sample) std over every rank's samples."""
+    mean, var, n = comm.moments(adv.reshape(-1, 1))  # [1] float64, population var
+    std = (var * n / (n - 1).clamp(min=1.0)).sqrt()  # Bessel, as torch.std
+    return (adv - mean.to(adv)) / (std.to(adv) + 1e-8)
 
 
 def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]) -> Tensor:
@@ -54,8 +58,9 @@ def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]
 class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
-    def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device):
-        self.ac, self.cfg, self.device = ac, cfg, device
+    def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
+                 comm: Comm = Comm()):
+        self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
         self.lr = torch.tensor(cfg.learning_rate, device=device)
         # fused: one kernel for all parameters (4x faster steps on CPU for small nets); it
         # also accepts the tensor learning rate
@@ -95,10 +100,11 @@ class PPO:
         else:
             adv, ret = compute_gae(ro.rewards, ro.values, next_values, ro.terminated,
                                    ro.truncated, self.cfg.gamma, self.cfg.lam)
-        if critic.popart is not None:
-            critic.popart.update(ret.flatten())
+        if critic.popart is not None:  # statistics of every rank's returns
+            mean, var, _ = self.comm.moments(ret.reshape(-1, 1))  # [1]
+            critic.popart.update_from_moments(mean, var + mean * mean)
         if self.cfg.advantage_norm == "batch":
-            adv = normalize_advantages(adv)
+            adv = normalize_advantages(adv, self.comm)
         flat = lambda x: x.flatten(0, 1)  # noqa: E731  [T, N, ...] -> [T*N, ...]
         return Batch(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions), flat(ro.log_probs),
                      flat(ro.action_mean), flat(adv), flat(ret), flat(ro.values))
@@ -129,7 +135,8 @@ class PPO:
         dist = ac.actor.dist(b.obs)
         log_probs = dist.log_prob(b.actions).sum(-1)  # [B]
         entropy = dist.entropy().sum(-1).mean()
-        adv = normalize_advantages(b.advantages) if cfg.advantage_norm == "minibatch" \
+        adv = normalize_advantages(b.advantages, self.comm) \
+            if cfg.advantage_norm == "minibatch" \
             else b.advantages
         if self.weights_by_log_prob:  # the lag ignored, or corrected inside adv (V-trace)
             pg, clip_frac = -(log_probs * adv).mean(), torch.zeros((), device=adv.device)
@@ -144,10 +151,12 @@ class PPO:
         with torch.no_grad():
             kl = gaussian_kl(b.action_mean, old_log_std.expand_as(b.action_mean),
                              dist.loc, ac.actor.log_std.expand_as(dist.loc)).mean()
-            if cfg.desired_kl > 0:
-                self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
+        # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
+        kl = self.comm.average_gradients(ac.parameters(), extra=kl)
+        if cfg.desired_kl > 0:
+            self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
         return torch.stack([pg.detach(), vf.detach(), entropy.detach(), kl, clip_frac,

@@ -7,6 +7,7 @@ the storage (storage.py) knows shapes, and this file only orders them in time.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import signal
 import time
 from collections import deque
@@ -16,6 +17,7 @@ import torch
 
 import trot
 from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trot.agents.distributed import Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
@@ -33,19 +35,21 @@ class TrainingDiverged(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, env: Env):
+    def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = Comm()):
         cfg.validate()
         if cfg.torch_threads > 0:
             torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.cfg, self.env = cfg, env
+        self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
         dev = env.device
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
-        self.algo = PPO(self.ac, a, dev)
+        comm.broadcast_module(self.ac)  # identical replicas from the start
+        self.algo = PPO(self.ac, a, dev, comm)
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                         env.critic_obs_dim, env.action_dim, dev)
-        self.gen = torch.Generator(device=dev).manual_seed(cfg.seed + 1)
+        # minibatch shuffles differ per rank: each shuffles only its own envs' samples
+        self.gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed + 1, comm.rank))
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0
@@ -78,7 +82,7 @@ class Trainer:
         # V(s_t) in one batched pass: the critic does not change during collection
         t_, n = ro.values.shape
         ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t_, n))
-        self.env_steps += ro.steps * env.num_envs
+        self.env_steps += ro.steps * env.num_envs * self.comm.world_size  # all ranks
         return ro
 
     def iterate(self) -> dict[str, float]:
@@ -89,10 +93,11 @@ class Trainer:
         behaviour = self.behaviour_actor
         stats = self.algo.update(batch, self.gen,
                                  None if behaviour is None else behaviour.log_std)
-        self.ac.update_normalizers(batch.obs, batch.critic_obs)
+        self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
+        ep_vals = self.comm.merge_episode_stats(ep_vals)  # episodes of every rank
         names = list(stats) + ep_names + ["finite"]
         values = torch.cat([torch.stack(list(stats.values())), ep_vals,
                             finite.float()[None]]).tolist()  # the one host sync
@@ -125,10 +130,16 @@ class Trainer:
         self.algo.load_state_dict(snap["algo"])
 
     # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict | None:
+        """The checkpoint, on rank 0 (None elsewhere). Every rank must call it: the ranks'
+        env and sampling states are gathered into rank 0's file, so resume restores all."""
+        ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
+                                                  "gen": self.gen.get_state()}))
+        if ranks is None:
+            return None
         return {
             "model": self.ac.state_dict(), "algo": self.algo.state_dict(),
-            "env": self.env.state_dict(), "torch_rng": torch.get_rng_state(),
+            "env": ranks[0]["env"], "ranks": ranks, "torch_rng": torch.get_rng_state(),
             "gen": self.gen.get_state(), "iteration": self.iteration,
             "env_steps": self.env_steps, "wall_s": self.wall_s,
             "nan_updates": self.nan_updates, "config": to_json(self.cfg),
@@ -138,9 +149,11 @@ class Trainer:
     def load_state_dict(self, s: dict) -> None:
         self.ac.load_state_dict(s["model"])
         self.algo.load_state_dict(s["algo"])
-        self.env.load_state_dict(s["env"])
+        ranks = s.get("ranks", [{"env": s["env"], "gen": s["gen"]}])
+        if len(ranks) == self.comm.world_size:  # else a new process count: fresh envs
+            self.env.load_state_dict(ranks[self.comm.rank]["env"])
+            self.gen.set_state(ranks[self.comm.rank]["gen"])
         torch.set_rng_state(s["torch_rng"])
-        self.gen.set_state(s["gen"])
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
@@ -148,7 +161,9 @@ class Trainer:
             self.actor_snapshots.extend(s.get("actor_snapshots", [_clone_state(self.ac.actor)]))
 
     def save(self, run_dir: Path) -> None:
-        save_checkpoint(run_dir / CHECKPOINT, self.state_dict())
+        state = self.state_dict()  # a collective: every rank calls save
+        if state is not None:
+            save_checkpoint(run_dir / CHECKPOINT, state)
 
     # ------------------------------------------------------------------ the loop
     def done(self) -> bool:
@@ -157,29 +172,34 @@ class Trainer:
                                                       self.wall_s >= 60 * c.minutes)
 
     def train(self, run_dir: Path, quiet: bool = False) -> Path:
-        logger = RunLogger(run_dir)
+        main = self.comm.is_main
+        quiet = quiet or not main  # rank 0 alone prints, logs and writes files
+        logger = RunLogger(run_dir) if main else None
         stop = _StopFlag()
         start = time.monotonic() - self.wall_s
         last = (time.monotonic(), self.env_steps)
         try:
             with stop.installed():
-                while not self.done() and not stop.requested:
+                # ranks agree on stopping (clocks and signals differ between processes)
+                while not self.comm.any(self.done() or bool(stop.requested), self.env.device):
                     m = self.iterate()
                     self.wall_s = time.monotonic() - start
                     now = time.monotonic()
                     m["wall_s"] = self.wall_s
                     m["steps_per_s"] = (self.env_steps - last[1]) / max(now - last[0], 1e-9)
                     last = (now, self.env_steps)
-                    logger.log(m)
+                    if logger is not None:
+                        logger.log(m)
                     if not quiet and self.iteration % self.cfg.log_every == 0:
                         print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
                               flush=True)
                     if self.iteration % self.cfg.checkpoint_every == 0:
                         self.save(run_dir)
         finally:
-            logger.close()
+            if logger is not None:
+                logger.close()
         self.save(run_dir)
-        if stop.requested:
+        if stop.requested and main:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)
         return run_dir
@@ -215,10 +235,11 @@ class _StopFlag:
         return ctx()
 
 
-def build(cfg: TrainConfig) -> Trainer:
+def build(cfg: TrainConfig, comm: Comm = Comm()) -> Trainer:
     cfg.validate()  # before any env is built
-    env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device, cfg.seed, cfg.env)
-    return Trainer(cfg, env)
+    env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
+                   rank_seed(cfg.seed, comm.rank), cfg.env)
+    return Trainer(cfg, env, comm)
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
@@ -227,21 +248,36 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
 
 
-def start_run(cfg: TrainConfig) -> tuple[Trainer, Path]:
-    trainer = build(cfg)
-    run_dir = new_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_json(run_dir / "config.json", cfg)
+def start_run(cfg: TrainConfig, comm: Comm = Comm()) -> tuple[Trainer, Path]:
+    trainer = build(cfg, comm)
+    run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
+    if comm.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_json(run_dir / "config.json", cfg)
     return trainer, run_dir
 
 
-def resume_run(run_dir: Path, extend_steps: int | None = None) -> Trainer:
-    """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
+def run_config(run_dir: Path) -> TrainConfig:
+    """The TrainConfig a run directory was started with."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
         raise CheckpointError(f"{run_dir} is not a trot run directory (no config.json)")
-    state = load_checkpoint(run_dir / CHECKPOINT)
-    cfg = load_json(run_dir / "config.json")
-    trainer = build(cfg)
+    return load_json(path)
+
+
+def resume_run(run_dir: Path, comm: Comm = Comm(), device: str | None = None) -> Trainer:
+    """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
+    `device` replaces the saved one (a rank's own GPU under torchrun)."""
+    cfg = run_config(run_dir)
+    state = load_checkpoint(Path(run_dir) / CHECKPOINT)
+    cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
+    trainer = build(cfg, comm)
     trainer.load_state_dict(state)
     return trainer
+
+
+def _to_cpu(tree):
+    """Device tensors to host copies, so checkpoint states pickle across ranks."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)

@@ -103,33 +103,60 @@ def parse_train(args: list[str]):
 
 
 def cmd_train(args: list[str]) -> int:
+    import os
+
     from trot.agents.checkpoint import CheckpointError
-    from trot.agents.trainer import resume_run, start_run
+    from trot.agents.distributed import init_from_env, shutdown
+    from trot.agents.trainer import resume_run, run_config, start_run
 
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
     try:
-        if args[0].startswith("--resume"):
-            r = tyro.cli(ResumeArgs, args=args, prog="trot train")
-            trainer = resume_run(Path(r.resume))
+        resume = tyro.cli(ResumeArgs, args=args, prog="trot train") \
+            if args[0].startswith("--resume") else None
+        cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
+        if cfg.nproc > 1 and "WORLD_SIZE" not in os.environ:
+            return _launch_torchrun(cfg.nproc, args)
+        comm, device = init_from_env(cfg.device, cfg.dist_timeout)
+        if resume:
+            trainer, run_dir = resume_run(Path(resume.resume), comm, device), Path(resume.resume)
             trainer.cfg = dataclasses.replace(
-                trainer.cfg, **{k: v for k, v in (("max_env_steps", r.max_env_steps),
-                                                  ("minutes", r.minutes)) if v is not None})
-            run_dir = Path(r.resume)
-            print(f"resuming {run_dir} at iteration {trainer.iteration}", flush=True)
+                trainer.cfg, **{k: v for k, v in (("max_env_steps", resume.max_env_steps),
+                                                  ("minutes", resume.minutes)) if v is not None})
+            msg = f"resuming {run_dir} at iteration {trainer.iteration}"
         else:
-            trainer, run_dir = start_run(parse_train(args))
-            print(f"run directory: {run_dir}", flush=True)
+            cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
+            trainer, run_dir = start_run(cfg, comm)
+            msg = f"run directory: {run_dir}"
+        if comm.is_main:
+            print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
+                  flush=True)
         compile_s = getattr(trainer.env.sim, "compile_seconds", None)
-        if compile_s is not None:  # the mjx backend compiles its step and reset once
+        if compile_s is not None and comm.is_main:  # mjx compiles its step and reset once
             print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
         return _fail(str(e))
-    trainer.train(run_dir)
-    if trainer.cfg.export:
-        _export_after_training(run_dir)
-    print(run_dir)
+    try:
+        trainer.train(run_dir)
+    finally:
+        shutdown()
+    if comm.is_main:
+        if trainer.cfg.export:
+            _export_after_training(run_dir)
+        print(run_dir)
+    return 0
+
+
+def _launch_torchrun(nproc: int, args: list[str]) -> int:
+    """`trot train ... --nproc K` on one machine: torchrun starts K copies of this command."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "trot", "train", *args])
+    except ChildFailedError as e:
+        return _fail(f"distributed training failed: {e}")
     return 0
 
 

@@ -49,6 +49,11 @@ class TrainConfig:
     actor_lag: int = 0
     """actors act with the parameters of K updates ago, kept as snapshots on the device
     (stale-actor experiments; see agent.off_policy for how the learner corrects)"""
+    nproc: int = 1
+    """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
+    NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
+    dist_timeout: float = 300.0
+    """seconds a collective waits for the other processes before the job fails"""
     export: bool = True
     """export policy.onnx + policy.json at the end of training"""
     agent: PPOConfig = field(default_factory=PPOConfig)
@@ -68,6 +73,9 @@ class TrainConfig:
             raise ValueError(f"num_envs must be a positive integer, got {self.num_envs}")
         if self.max_env_steps <= 0 or self.minutes < 0:
             raise ValueError("max_env_steps must be > 0 and minutes >= 0")
+        if self.nproc < 1 or self.dist_timeout <= 0:
+            raise ValueError(f"nproc must be >= 1 and dist_timeout > 0, got {self.nproc}, "
+                             f"{self.dist_timeout}")
         if self.actor_lag < 0:
             raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
         self.agent_effective.validate(self.num_envs)

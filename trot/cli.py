@@ -106,7 +106,7 @@ def cmd_train(args: list[str]) -> int:
     import os
 
     from trot.agents.checkpoint import CheckpointError
-    from trot.agents.distributed import init_from_env, shutdown
+    from trot.agents.distributed import DistributedError, init_from_env, shutdown
     from trot.agents.trainer import resume_run, run_config, start_run
 
     if not args or args[0] in ("-h", "--help"):
@@ -139,8 +139,9 @@ def cmd_train(args: list[str]) -> int:
         return _fail(str(e))
     try:
         trainer.train(run_dir)
-    finally:
-        shutdown()
+    except DistributedError as e:  # a peer died or hangs: no clean shutdown is possible
+        return _fail(str(e))
+    shutdown()
     if comm.is_main:
         if trainer.cfg.export:
             _export_after_training(run_dir)
@@ -153,8 +154,13 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
+    # the workers learn the process count from torchrun (and --nproc would be an ambiguous
+    # prefix of torchrun's own --nproc-per-node)
+    worker_args = [a for i, a in enumerate(args) if not a.startswith("--nproc")
+                   and not (i > 0 and args[i - 1] == "--nproc")]
     try:
-        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "trot", "train", *args])
+        torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "trot", "train",
+                  *worker_args])
     except ChildFailedError as e:
         return _fail(f"distributed training failed: {e}")
     return 0

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -145,6 +146,10 @@ class Comm:
                 f"rank {self.rank}/{self.world_size}: a collective failed or timed out "
                 f"(timeout {self.timeout_s:.0f} s); another rank has probably died or hangs. "
                 f"The last checkpoint on disk is intact. Cause: {e}") from e
+
+
+ONE_PROCESS = Comm()
+"""A job of one process: every merge is the identity."""
 
 
 def rank_seed(seed: int, rank: int) -> int:

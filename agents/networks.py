@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from trot.agents.config import PPOConfig
-from trot.agents.distributed import Comm
+from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.normalization import PopArt, RunningMeanStd
 
 _ACT = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
@@ -89,7 +89,7 @@ class ActorCritic(nn.Module):
         self.shared = cfg.share_torso
 
     @torch.no_grad()
-    def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = Comm()) -> None:
+    def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = ONE_PROCESS) -> None:
         """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics."""
         if isinstance(self.actor.normalizer, RunningMeanStd):
             self.actor.normalizer.merge(*comm.moments(obs))

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from trot.agents.advantages import compute_gae
 from trot.agents.config import PPOConfig
-from trot.agents.distributed import Comm
+from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
 from trot.agents.storage import Batch, Rollout
 from trot.agents.vtrace import vtrace
@@ -41,7 +41,7 @@ def value_loss(pred: Tensor, old: Tensor, target: Tensor, clip: float) -> Tensor
     return err.mean()
 
 
-def normalize_advantages(adv: Tensor, comm: Comm = Comm()) -> Tensor:
+def normalize_advantages(adv: Tensor, comm: Comm = ONE_PROCESS) -> Tensor:
     """adv [*] -> zero mean, unit (sample) std over every rank's samples."""
     mean, var, n = comm.moments(adv.reshape(-1, 1))  # [1] float64, population var
     std = (var * n / (n - 1).clamp(min=1.0)).sqrt()  # Bessel, as torch.std
@@ -59,7 +59,7 @@ class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
-                 comm: Comm = Comm()):
+                 comm: Comm = ONE_PROCESS):
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
         self.lr = torch.tensor(cfg.learning_rate, device=device)
         # fused: one kernel for all parameters (4x faster steps on CPU for small nets); it
@@ -105,7 +105,7 @@ class PPO:
             critic.popart.update_from_moments(mean, var + mean * mean)
         if self.cfg.advantage_norm == "batch":
             adv = normalize_advantages(adv, self.comm)
-        flat = lambda x: x.flatten(0, 1)  # noqa: E731  [T, N, ...] -> [T*N, ...]
+        flat = lambda x: x.flatten(0, 1)
         return Batch(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions), flat(ro.log_probs),
                      flat(ro.action_mean), flat(adv), flat(ret), flat(ro.values))
 

@@ -17,7 +17,7 @@ import torch
 
 import trot
 from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from trot.agents.distributed import Comm, rank_seed
+from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
@@ -35,7 +35,7 @@ class TrainingDiverged(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = Comm()):
+    def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS):
         cfg.validate()
         if cfg.torch_threads > 0:
             torch.set_num_threads(cfg.torch_threads)
@@ -45,6 +45,8 @@ class Trainer:
         dev = env.device
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
         comm.broadcast_module(self.ac)  # identical replicas from the start
+        if comm.distributed:  # but each rank samples its own action noise
+            torch.manual_seed(rank_seed(cfg.seed, comm.rank))
         self.algo = PPO(self.ac, a, dev, comm)
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                         env.critic_obs_dim, env.action_dim, dev)
@@ -134,13 +136,14 @@ class Trainer:
         """The checkpoint, on rank 0 (None elsewhere). Every rank must call it: the ranks'
         env and sampling states are gathered into rank 0's file, so resume restores all."""
         ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
-                                                  "gen": self.gen.get_state()}))
+                                                  "gen": self.gen.get_state(),
+                                                  "torch_rng": torch.get_rng_state()}))
         if ranks is None:
             return None
         return {
             "model": self.ac.state_dict(), "algo": self.algo.state_dict(),
-            "env": ranks[0]["env"], "ranks": ranks, "torch_rng": torch.get_rng_state(),
-            "gen": self.gen.get_state(), "iteration": self.iteration,
+            "env": ranks[0]["env"], "ranks": ranks, "torch_rng": ranks[0]["torch_rng"],
+            "gen": ranks[0]["gen"], "iteration": self.iteration,
             "env_steps": self.env_steps, "wall_s": self.wall_s,
             "nan_updates": self.nan_updates, "config": to_json(self.cfg),
             "trot_version": trot.__version__,
@@ -149,11 +152,12 @@ class Trainer:
     def load_state_dict(self, s: dict) -> None:
         self.ac.load_state_dict(s["model"])
         self.algo.load_state_dict(s["algo"])
-        ranks = s.get("ranks", [{"env": s["env"], "gen": s["gen"]}])
+        ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
         if len(ranks) == self.comm.world_size:  # else a new process count: fresh envs
-            self.env.load_state_dict(ranks[self.comm.rank]["env"])
-            self.gen.set_state(ranks[self.comm.rank]["gen"])
-        torch.set_rng_state(s["torch_rng"])
+            mine = ranks[self.comm.rank]
+            self.env.load_state_dict(mine["env"])
+            self.gen.set_state(mine["gen"])
+            torch.set_rng_state(mine["torch_rng"])
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
@@ -235,7 +239,7 @@ class _StopFlag:
         return ctx()
 
 
-def build(cfg: TrainConfig, comm: Comm = Comm()) -> Trainer:
+def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
     cfg.validate()  # before any env is built
     env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
                    rank_seed(cfg.seed, comm.rank), cfg.env)
@@ -248,7 +252,7 @@ def new_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
 
 
-def start_run(cfg: TrainConfig, comm: Comm = Comm()) -> tuple[Trainer, Path]:
+def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path]:
     trainer = build(cfg, comm)
     run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
     if comm.is_main:
@@ -265,7 +269,7 @@ def run_config(run_dir: Path) -> TrainConfig:
     return load_json(path)
 
 
-def resume_run(run_dir: Path, comm: Comm = Comm(), device: str | None = None) -> Trainer:
+def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:
     """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg = run_config(run_dir)

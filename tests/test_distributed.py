@@ -204,3 +204,32 @@ def test_a_dead_or_hung_rank_ends_the_job_with_a_clear_error(tmp_path, fault):
     assert waited < timeout_s + 30
     state = load_checkpoint(run_dir / "checkpoint.pt")  # the last good one loads
     assert len(state["ranks"]) == 2 and state["iteration"] >= 1
+
+
+# ---------------------------------------------------------------------- launch and resume
+def _trot(*args: str, cwd: Path) -> str:
+    p = subprocess.run([sys.executable, "-m", "trot", *args], capture_output=True, text=True,
+                       check=False,
+                       cwd=cwd, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def test_nproc_launches_torchrun_and_resume_restores_every_rank(tmp_path):
+    common = ["--nproc", "2", "--num-envs", "32", "--no-export", "--agent.rollout-steps", "8",
+              "--agent.actor-hidden", "16", "16", "--agent.critic-hidden", "16", "16"]
+    full = 10 * 8 * 32 * 2  # 10 iterations over both ranks
+    a, b = tmp_path / "straight", tmp_path / "resumed"
+    out = _trot("train", TASK, *common, "--max-env-steps", str(full), "--run-dir", str(a),
+                cwd=tmp_path)
+    assert "(2 processes)" in out and out.strip().splitlines()[-1] == str(a)
+    _trot("train", TASK, *common, "--max-env-steps", str(full // 2), "--run-dir", str(b),
+          cwd=tmp_path)
+    _trot("train", "--resume", str(b), "--max-env-steps", str(full), cwd=tmp_path)
+    sa, sb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    assert sa["iteration"] == sb["iteration"] == 10 and len(sb["ranks"]) == 2
+    for k, v in sa["model"].items():  # interrupted + resumed == straight, bitwise
+        assert torch.equal(v, sb["model"][k]), k
+    for ra, rb in zip(sa["ranks"], sb["ranks"]):  # every rank's envs were restored
+        assert torch.equal(ra["env"]["obs"][0], rb["env"]["obs"][0])
+    assert not torch.equal(sa["ranks"][0]["env"]["obs"][0], sa["ranks"][1]["env"]["obs"][0])

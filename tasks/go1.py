@@ -349,6 +349,16 @@ class Go1Flat(Task[Go1FlatConfig]):
         return self.action_offset + self.action_scale * action
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Weighted terms x control dt, summed (clipped at 0 with only_positive_rewards)."""
+        terms = {k: (w * self.dt) * v for k, (w, v) in self.reward_terms(sim, action).items()}
+        total = torch.stack(list(terms.values())).sum(0)
+        if self.config.only_positive_rewards:
+            total = total.clamp(min=0.0)
+        return total, terms
+
+    def reward_terms(self, sim: BatchedSim, action: Tensor) -> dict[str, tuple[float, Tensor]]:
+        """name -> (weight per second, unweighted value [N]). A variant adds a term with
+        `super().reward_terms(sim, action) | {"mine": (w, value)}` (docs/tasks.md)."""
         c, d = self.config, sim.sensordata
         vel, gyro, gravity = d[:, self._s_vel], d[:, self._s_gyro], self._gravity(sim)
         jvel, tau = d[:, self._s_jvel], d[:, self._s_tau]
@@ -373,11 +383,7 @@ class Go1Flat(Task[Go1FlatConfig]):
                 d[:, self._s_thighs], c.contact_threshold)),
         }
         self._prev_action.copy_(action)
-        terms = {k: (w * self.dt) * v for k, (w, v) in raw.items()}
-        total = torch.stack(list(terms.values())).sum(0)
-        if c.only_positive_rewards:
-            total = total.clamp(min=0.0)
-        return total, terms
+        return raw
 
     def terminated(self, sim: BatchedSim) -> Tensor:
         d = sim.sensordata

@@ -239,8 +239,23 @@ def _print_result(out: dict, as_json: bool) -> None:
             print(f"{k:<28} {v if v is None else f'{v:.4g}'}")
 
 
+def cmd_play(args: list[str]) -> int:
+    """`trot play RUN_DIR [--video OUT.mp4] [--gif OUT.gif]`: see trot/play.py."""
+    from trot.play import main as play_main  # sets MUJOCO_GL before mujoco is imported
+
+    return play_main(args)
+
+
+def cmd_rl_games(args: list[str]) -> int:
+    """`trot rl-games TASK [--num-envs N] [--max-epochs E]`: see trot/rlgames.py."""
+    from trot.rlgames import main as rl_games_main
+
+    return rl_games_main(args)
+
+
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
-            "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim}
+            "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
+            "play": cmd_play, "rl-games": cmd_rl_games}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,120 @@
+"""`trot play` (trot/play.py): offscreen frames of a run's policy, written as mp4 and GIF.
+
+Nothing here is skipped: CI installs OSMesa and the video extra (.ci/run), so a machine
+that cannot render fails these tests with the error saying what to install."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import trot
+from trot.agents.config import PPOConfig
+from trot.agents.trainer import start_run
+from trot.cli import main as cli_main
+from trot.config import TrainConfig
+from trot.play import PlayArgs, make_camera, overlay_lines, render_model, render_run
+
+TASK = "cartpole-balance"
+
+
+def _not_blank(frame: np.ndarray) -> None:
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+    assert frame.std() > 10.0, "blank frame"
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) > 20, "only a few colours"
+
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory) -> Path:
+    """A cartpole run directory holding a freshly initialized (untrained) policy."""
+    base = tmp_path_factory.mktemp("play")
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16))
+    cfg = TrainConfig(task=TASK, num_envs=4, run_dir=str(base / "run"), agent=agent)
+    trainer, run_dir = start_run(cfg)
+    trainer.save(run_dir)
+    torch.set_num_threads(threads)
+    torch.set_rng_state(rng)
+    return run_dir
+
+
+def test_cli_writes_gif_and_mp4_headless(fresh_run, tmp_path):
+    """The user's path in a fresh process with no display and MUJOCO_GL unset: play picks
+    OSMesa itself before mujoco is imported."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM")}
+    gif, mp4 = tmp_path / "out" / "a.gif", tmp_path / "out" / "a.mp4"
+    cmd = [sys.executable, "-m", "trot", "play", str(fresh_run), "--gif", str(gif),
+           "--video", str(mp4), "--episodes", "3", "--seconds", "1", "--width", "160",
+           "--height", "120"]
+    p = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"wrote {gif}" in p.stdout and f"wrote {mp4}" in p.stdout
+
+    im = Image.open(gif)
+    assert im.size == (160, 120) and im.n_frames >= 5
+    gif_frames = []
+    for i in range(im.n_frames):
+        im.seek(i)
+        gif_frames.append(np.asarray(im.convert("RGB")))
+    for f in gif_frames:
+        _not_blank(f)
+    assert not np.array_equal(gif_frames[0], gif_frames[-1])  # the pole moves
+
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(mp4))
+    meta = next(reader)
+    assert tuple(meta["size"]) == (160, 120)
+    video = [np.frombuffer(b, np.uint8).reshape(120, 160, 3) for b in reader]
+    assert len(video) == im.n_frames
+    for f in video:
+        _not_blank(f)
+    assert not list((tmp_path / "out").glob("*.tmp*"))  # written through a temporary name
+
+
+def test_frames_overlay_and_real_time(fresh_run):
+    # enough episodes that the 0.4 s limit, not a falling pole, ends the clip
+    a = PlayArgs(seconds=0.4, episodes=10, width=128, height=96, fps=25.0)
+    frames, fps, _ = render_run(fresh_run, a)
+    plain, _, _ = render_run(fresh_run, dataclasses.replace(a, overlay=False))
+    assert fps == pytest.approx(25.0)  # 50 Hz control, every second step
+    assert len(frames) == len(plain) == 11  # the start state, then 10 frames in 0.4 s
+    for f in frames:
+        _not_blank(f)
+    band = (slice(0, 10), slice(0, 60))  # the text band, top left
+    assert not np.array_equal(frames[0][band], plain[0][band])
+    assert np.array_equal(frames[0][60:], plain[0][60:])  # the scene itself is unchanged
+
+
+def test_locomotion_tracks_the_robot_and_shows_command_against_velocity():
+    env = trot.make_env("go1-flat", num_envs=1, seed=0)
+    env.reset()
+    env.step(torch.zeros(1, env.action_dim))
+    lines = overlay_lines(env, t=0.02, episode=0, ret=0.0)
+    assert lines[1].startswith("cmd  vx ") and " wz " in lines[1]
+    assert lines[2].startswith("meas vx ") and " wz " in lines[2]
+    model = render_model(env)
+    cam = make_camera(model, locomotion=True, name=None)
+    assert cam.type == mujoco.mjtCamera.mjCAMERA_TRACKING
+    assert cam.trackbodyid == mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "trunk")
+    assert model.nmat > env.sim.model.nmat  # the checkered floor
+    cart = trot.make_env(TASK, num_envs=1)
+    assert make_camera(render_model(cart), locomotion=False, name=None) == 0  # "side"
+
+
+def test_bad_arguments_fail_clearly(fresh_run, tmp_path, capsys):
+    assert cli_main(["play", str(tmp_path / "missing")]) == 2
+    assert "trot: error:" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="episodes"):
+        render_run(fresh_run, PlayArgs(episodes=0))

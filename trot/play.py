@@ -1,0 +1,280 @@
+"""`trot play RUN_DIR`: render the run's deterministic policy offscreen to an mp4 or a GIF.
+
+One env of the run's task plays (the training env code, observation noise off, as `trot
+eval`); after every control step its qpos/qvel are copied into a plain MjData of the same
+model, which `mujoco.Renderer` draws. Locomotion tasks (those with commands) get a camera
+tracking the robot's root body, a checkered floor to see it move against, and an overlay
+of the command next to the measured base velocity.
+
+Headless machines: MuJoCo picks its OpenGL backend from MUJOCO_GL when it is first
+imported. Unless MUJOCO_GL is set or a display is present, this module sets it to
+`osmesa` (software rendering: `apt-get install libosmesa6`); `MUJOCO_GL=egl` uses EGL
+instead (`libegl1`, GPU or Mesa). Writing mp4 needs `imageio-ffmpeg` (the `video` extra,
+which ships an ffmpeg binary); GIFs are written with Pillow.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before mujoco is imported anywhere (the imports below import it): see the docstring.
+if not os.environ.get("MUJOCO_GL") and not (os.environ.get("DISPLAY")
+                                           or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ["MUJOCO_GL"] = "osmesa"
+GL = os.environ.get("MUJOCO_GL", "").strip().lower()
+
+import importlib
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from trot.agents.evaluate import load_run
+from trot.tasks.env import Env
+
+
+@dataclass(frozen=True)
+class PlayArgs:
+    video: str | None = None
+    """write an mp4 here (default, when no --gif: RUN_DIR/play.mp4)"""
+    gif: str | None = None
+    """write an animated GIF here"""
+    episodes: int = 1
+    """episodes to play, one after another"""
+    seconds: float = 0.0
+    """stop after this much simulated time (0: play the episodes out)"""
+    width: int = 640
+    """frame width in pixels"""
+    height: int = 480
+    """frame height in pixels"""
+    fps: float = 25.0
+    """frames per second of the output; the video plays in real time"""
+    camera: str | None = None
+    """a camera named in the MJCF (default: tracking for locomotion, else the model's first)"""
+    overlay: bool = True
+    """draw time, return and (locomotion) command against measured velocity"""
+    seed: int = 12345
+    """seed for start states and commands"""
+
+
+def _bind_gl() -> None:
+    """If mujoco was imported before MUJOCO_GL was set here (another module imported it
+    first), its Renderer would use its default (GLFW, which needs a display): point it at
+    the backend chosen above."""
+    from mujoco.rendering.classic import gl_context
+
+    if GL in ("osmesa", "egl") and getattr(gl_context, "_MUJOCO_GL", GL) != GL:
+        gl_context.GLContext = importlib.import_module(f"mujoco.{GL}").GLContext
+
+
+def render_model(env: Env) -> mujoco.MjModel:
+    """The task's model for drawing: a sky where the MJCF has none (not black), a checker
+    texture on a plain floor for locomotion (a tracking camera over a uniform floor shows no
+    motion), and a smaller shadow map."""
+    spec = env.task.build()
+    floor = next((g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE
+                  and not g.material), None)
+    if env.task.command is not None and floor is not None:
+        spec.add_texture(name="trot_checker", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                         builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, width=512, height=512,
+                         rgb1=[0.5, 0.55, 0.6], rgb2=[0.38, 0.42, 0.48])
+        mat = spec.add_material(name="trot_checker", texrepeat=[2, 2], texuniform=True)
+        mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "trot_checker"
+        floor.material = "trot_checker"
+    if not any(t.type == mujoco.mjtTexture.mjTEXTURE_SKYBOX for t in spec.textures):
+        spec.add_texture(name="trot_sky", type=mujoco.mjtTexture.mjTEXTURE_SKYBOX,
+                         builtin=mujoco.mjtBuiltin.mjBUILTIN_GRADIENT, width=64, height=384,
+                         rgb1=[0.72, 0.8, 0.9], rgb2=[0.95, 0.96, 0.98])
+    model = spec.compile()
+    # Software GL (OSMesa) spends most of a frame on the 4096^2 default shadow map.
+    model.vis.quality.shadowsize = min(int(model.vis.quality.shadowsize), 1024)
+    return model
+
+
+def make_camera(model: mujoco.MjModel, locomotion: bool,
+                name: str | None) -> mujoco.MjvCamera | str | int:
+    if name is not None:
+        return name  # an MJCF camera; update_scene raises if there is no such name
+    if locomotion:  # follow the robot's root (the first body with a free joint)
+        root = next((int(model.jnt_bodyid[j]) for j in range(model.njnt)
+                     if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE), 1)
+        cam = mujoco.MjvCamera()
+        cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+        cam.trackbodyid = root
+        cam.distance, cam.elevation, cam.azimuth = 1.6, -20.0, 135.0
+        cam.lookat[:] = 0.0
+        return cam
+    if model.ncam > 0:
+        return 0
+    cam = mujoco.MjvCamera()
+    mujoco.mjv_defaultFreeCamera(model, cam)
+    return cam
+
+
+def _font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)  # Pillow >= 10.1 with FreeType
+    except TypeError:
+        return ImageFont.load_default()
+
+
+def overlay_lines(env: Env, t: float, episode: int, ret: float) -> list[str]:
+    lines = [f"{env.name}  ep {episode + 1}  t {t:4.1f} s  return {ret:7.2f}"]
+    cmd = env.task.command
+    if cmd is not None:
+        names = list(getattr(env.task, "command_ranges", dict)()) or \
+            [f"c{i}" for i in range(cmd.shape[1])]
+        short = {"lin_vel_x": "vx", "lin_vel_y": "vy", "yaw_rate": "wz"}
+        lines.append("cmd  " + "  ".join(f"{short.get(k, k)} {float(v):+.2f}"
+                                         for k, v in zip(names, cmd[0])))
+        try:  # base-frame velocity and yaw rate, where the robot has these sensors
+            vel, gyro = env.sim.sensor("base_linvel")[0], env.sim.sensor("gyro")[0]
+            lines.append(f"meas vx {float(vel[0]):+.2f}  vy {float(vel[1]):+.2f}  "
+                         f"wz {float(gyro[2]):+.2f}")
+        except KeyError:
+            pass
+    return lines
+
+
+def draw_text(frame: np.ndarray, lines: list[str]) -> np.ndarray:
+    img = Image.fromarray(frame)
+    draw = ImageDraw.Draw(img, "RGBA")
+    size = max(10, frame.shape[0] // 24)
+    font = _font(size)
+    box = (0, 0, max(draw.textlength(s, font=font) for s in lines) + 8,
+           len(lines) * (size + 3) + 6)
+    draw.rectangle(box, fill=(0, 0, 0, 140))  # a dark band keeps text legible on any scene
+    for i, s in enumerate(lines):
+        draw.text((4, 3 + i * (size + 3)), s, fill=(255, 255, 255, 255), font=font)
+    return np.asarray(img)
+
+
+@torch.no_grad()
+def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray], float,
+                                                                  list[float]]:
+    """Frames [H, W, 3] uint8, their frame rate, and the returns of the episodes that
+    finished."""
+    if a.episodes <= 0 or a.width <= 0 or a.height <= 0 or a.fps <= 0 or a.seconds < 0:
+        raise ValueError("episodes, width, height and fps must be > 0 and seconds >= 0")
+    run = load_run(Path(run_dir), 1, a.seed)
+    env, actor = run.env, run.ac.actor
+    model = render_model(env)
+    data = mujoco.MjData(model)
+    camera = make_camera(model, env.task.command is not None, a.camera)
+    stride = max(1, round(1.0 / (env.control_dt * a.fps)))  # keep real time
+    fps = 1.0 / (env.control_dt * stride)
+    limit = math.inf if a.seconds == 0 else round(a.seconds / env.control_dt)
+    g = model.vis.global_
+    g.offwidth, g.offheight = max(g.offwidth, a.width), max(g.offheight, a.height)
+    _bind_gl()
+    try:
+        renderer = mujoco.Renderer(model, a.height, a.width)
+    except Exception as e:  # no GL backend: say what to install instead of a GL trace
+        raise RuntimeError(
+            f"offscreen rendering failed (MUJOCO_GL={GL or 'unset'}): {e}. Headless Linux "
+            "needs OSMesa (apt-get install libosmesa6) or EGL (libegl1; MUJOCO_GL=egl)"
+        ) from e
+    frames: list[np.ndarray] = []
+    returns: list[float] = []
+    ret, step, t = 0.0, 0, 0.0
+
+    def snap() -> None:
+        data.qpos[:] = env.sim.qpos[0].double().cpu().numpy()
+        data.qvel[:] = env.sim.qvel[0].double().cpu().numpy()
+        mujoco.mj_forward(model, data)
+        renderer.update_scene(data, camera)
+        px = renderer.render()
+        frames.append(draw_text(px, overlay_lines(env, t, len(returns), ret))
+                      if a.overlay else px.copy())
+
+    try:
+        obs = env.reset()
+        snap()
+        while len(returns) < a.episodes and step < limit:
+            res = env.step(actor(obs.policy).clamp(-1.0, 1.0))
+            obs, step = res.obs, step + 1
+            ret += float(res.reward[0])
+            t += env.control_dt
+            if bool(res.terminated[0] | res.truncated[0]):  # the env has reset itself
+                returns.append(ret)
+                ret, t = 0.0, 0.0
+            if step % stride == 0 and len(returns) < a.episodes:
+                snap()
+    finally:
+        renderer.close()
+    return frames, fps, returns
+
+
+def _even(frame: np.ndarray) -> np.ndarray:
+    h, w = frame.shape[:2]  # yuv420p needs even sizes
+    return np.ascontiguousarray(frame[: h - h % 2, : w - w % 2])
+
+
+def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise RuntimeError("writing mp4 needs imageio-ffmpeg: pip install 'trot[video]'"
+                           ) from None
+    h, w = _even(frames[0]).shape[:2]
+    tmp = path.with_name(path.name + ".tmp.mp4")
+    writer = imageio_ffmpeg.write_frames(str(tmp), (w, h), fps=fps, codec="libx264",
+                                         macro_block_size=1, quality=7)
+    writer.send(None)  # start ffmpeg
+    try:
+        for f in frames:
+            writer.send(_even(f))
+    finally:
+        writer.close()
+    os.replace(tmp, path)  # never a half-written file under the final name
+
+
+def write_gif(path: Path, frames: list[np.ndarray], fps: float, colors: int = 256) -> None:
+    imgs = [Image.fromarray(f) for f in frames]
+    # One palette for all frames (no colour flicker, a smaller file), taken from frames
+    # spread over the clip so that colours appearing late are in it too.
+    sample = np.concatenate(frames[:: max(1, len(frames) // 8)][:8], axis=0)
+    palette = Image.fromarray(sample).quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
+    q = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in imgs]
+    tmp = path.with_name(path.name + ".tmp.gif")
+    q[0].save(tmp, format="GIF", save_all=True, append_images=q[1:], loop=0,
+              duration=round(1000.0 / fps), optimize=False)
+    os.replace(tmp, path)
+
+
+def play(run_dir: Path, a: PlayArgs) -> dict[str, object]:
+    video = Path(a.video) if a.video else (None if a.gif else Path(run_dir) / "play.mp4")
+    frames, fps, returns = render_run(Path(run_dir), a)
+    written = {}
+    for path, write in ((video, write_mp4), (Path(a.gif) if a.gif else None, write_gif)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path, frames, fps)
+            written[str(path)] = path.stat().st_size
+    return {"frames": len(frames), "fps": fps, "returns": returns, "files": written}
+
+
+def main(args: list[str]) -> int:
+    import tyro
+
+    if not args or args[0].startswith("-"):
+        print("trot: error: usage: trot play RUN_DIR [--video OUT.mp4] [--gif OUT.gif] "
+              "[--episodes K] [--seconds S]", file=sys.stderr)
+        return 2
+    a = tyro.cli(PlayArgs, args=args[1:], prog="trot play RUN_DIR")
+    try:
+        out = play(Path(args[0]), a)
+    except RuntimeError as e:  # no GL backend or no ffmpeg: the message says what to install
+        print(f"trot: error: {e}", file=sys.stderr)
+        return 2
+    for i, r in enumerate(out["returns"]):
+        print(f"episode {i + 1}: return {r:.2f}")
+    print(f"{out['frames']} frames at {out['fps']:.1f} fps")
+    for path, size in out["files"].items():
+        print(f"wrote {path} ({size / 1024:.0f} KiB)")
+    return 0

@@ -7,6 +7,8 @@
     trot eval RUN_DIR [--episodes K] [--json]
     trot export RUN_DIR [--out DIR]
     trot sim2sim RUN_DIR [--episodes K] [--json]
+    trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K]
+    trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations

@@ -12,14 +12,14 @@ import torch
 
 from trot.export.runner import ObservationBuilder, OnnxPolicy
 from trot.tasks.registry import get_task
-from trot.sim.base import sensor_slices, sensor_view
+from trot.sim.base import RNE_POST_FIELDS, sensor_slices, sensor_view
 
 
 class PlainSim:
     """One MjData seen through the read side of `BatchedSim` (N = 1), for scoring."""
 
     def __init__(self, model: mujoco.MjModel, data: mujoco.MjData, substeps: int):
-        self.model, self.data, self.substeps = model, data, substeps
+        self.model, self.mjdata, self.substeps = model, data, substeps
         self.num_envs, self.device = 1, torch.device("cpu")
         self.control_dt = float(model.opt.timestep) * substeps
         self._sensors = sensor_slices(model)
@@ -27,13 +27,19 @@ class PlainSim:
         self.refresh()
 
     def refresh(self) -> None:
-        d = self.data
+        d = self.mjdata
         self.qpos = torch.tensor(d.qpos, dtype=torch.float32)[None]
         self.qvel = torch.tensor(d.qvel, dtype=torch.float32)[None]
         self.sensordata = torch.tensor(d.sensordata, dtype=torch.float32)[None]
 
     def sensor(self, name: str) -> torch.Tensor:
         return sensor_view(self, self._sensors, name)
+
+    def data(self, name: str) -> torch.Tensor:
+        """BatchedSim.data: the field as mj_step left it (cfrc_ext etc. completed)."""
+        if name in RNE_POST_FIELDS:
+            mujoco.mj_rnePostConstraint(self.model, self.mjdata)
+        return torch.tensor(getattr(self.mjdata, name), dtype=torch.float32)[None]
 
     def params(self, field: str) -> torch.Tensor:
         return torch.as_tensor(np.array(getattr(self.model, field)), dtype=torch.float32)[None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 
 import mujoco
 import torch
@@ -30,17 +31,20 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def make_sim(backend: str, model: mujoco.MjModel, num_envs: int, substeps: int,
-             device: str | torch.device = "cpu") -> BatchedSim:
+             device: str | torch.device = "cpu", fields: Sequence[str] = ()) -> BatchedSim:
+    """fields: MjData fields the sim tracks for `BatchedSim.data` (Task.data_fields)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown sim backend {backend!r}; accepted: {', '.join(BACKENDS)}")
     dev = resolve_device(device)
     module, cls = BACKENDS[backend].split(":")
+    kw = {"fields": tuple(fields)} if fields else {}
     if backend == "cpu":
         if dev.type != "cpu":
             raise ValueError(f"the cpu backend keeps its state on 'cpu', not {device!r}; "
                              "use sim='mjx' to simulate on a GPU")
-        return getattr(importlib.import_module(module), cls)(model, num_envs, substeps)
-    return getattr(importlib.import_module(module), cls)(model, num_envs, substeps, device=dev)
+        return getattr(importlib.import_module(module), cls)(model, num_envs, substeps, **kw)
+    sim_cls = getattr(importlib.import_module(module), cls)
+    return sim_cls(model, num_envs, substeps, device=dev, **kw)
 
 
 __all__ = ["BACKENDS", "BatchedSim", "RANDOMIZABLE_FIELDS", "SensorSlice", "make_sim",

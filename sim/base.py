@@ -22,6 +22,13 @@ RANDOMIZABLE_FIELDS = (
 )
 
 
+# MjData fields MuJoCo computes only on demand, in mj_rnePostConstraint (accelerations and
+# the external/internal forces on bodies, contact forces included). A sim tracking one of
+# them (`fields=`) runs it after every step and reset, on the data as mj_step left it: what
+# Gymnasium's MujocoEnv does after each step.
+RNE_POST_FIELDS = ("cacc", "cfrc_int", "cfrc_ext")
+
+
 @dataclass(frozen=True)
 class SensorSlice:
     """Where one named MJCF sensor lives in `sensordata`."""
@@ -69,6 +76,13 @@ class BatchedSim(Protocol):
 
     def sensor(self, name: str) -> Tensor:
         """[N, dim] view of the named sensor."""
+
+    def data(self, name: str) -> Tensor:
+        """[N, *shape] float32: an MjData field the sim was built to track (`fields=` of
+        the backend, from `Task.data_fields`), as a plain MjData holds it after mj_step:
+        derived fields come from the last evaluation of the last substep (RK4: its last
+        stage), and RNE_POST_FIELDS are then completed by mj_rnePostConstraint. After a reset,
+        the reset state's. Privileged simulator state: no robot measures it."""
 
     def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
         """Envs where mask [N] is set get qpos [N, nq] / qvel [N, nv] (rows elsewhere are

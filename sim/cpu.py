@@ -12,12 +12,18 @@ Domain randomization uses the batch's per-env model fields (`Batch.expand`): onl
 randomized field is stored per env ([N, *field.shape] float64), everything else is shared,
 and constants derived from masses or inertial frames are recomputed (`set_const`) for the
 envs that changed.
+
+Tracked MjData fields (`fields=`, read with `data(name)`): outputs the batch copies out after
+each call; for RNE_POST_FIELDS the batch is persistent (one MjData per env, so the data
+mj_step left is still there) and each env's MjData gets mj_rnePostConstraint on the host
+after the step, a few tens of microseconds per env, paid only by tasks that ask for them.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -25,8 +31,8 @@ import torch
 from mujoco import batch
 from torch import Tensor
 
-from trot.sim.base import (RANDOMIZABLE_FIELDS, check_field, diverged, sensor_slices,
-                           sensor_view)
+from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field, diverged,
+                           sensor_slices, sensor_view)
 
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
@@ -42,7 +48,7 @@ class CpuSim:
     """Batched MuJoCo C. See `trot.sim.base.BatchedSim` for the contract."""
 
     def __init__(self, model: mujoco.MjModel, num_envs: int, substeps: int = 1,
-                 nthread: int | None = None):
+                 nthread: int | None = None, fields: Sequence[str] = ()):
         if num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
         if substeps <= 0:
@@ -55,7 +61,14 @@ class CpuSim:
         self.substeps = substeps
         self.device = torch.device("cpu")
         self.nthread = max(1, nthread or os.cpu_count() or 1)
-        self._b = batch.Batch(model, n, nthread=self.nthread)
+        self.fields = tuple(dict.fromkeys(fields))
+        for f in self.fields:
+            if f not in batch.DATA_FIELDS or f in ("qpos", "qvel", "sensordata"):
+                raise ValueError(f"cannot track MjData field {f!r}; accepted: MjData fields "
+                                 "other than qpos, qvel and sensordata (read those directly)")
+        rne = [f for f in self.fields if f in RNE_POST_FIELDS]
+        # persistent: keep each env's MjData as mj_step left it, for mj_rnePostConstraint
+        self._b = batch.Batch(model, n, nthread=self.nthread, persistent=bool(rne))
         self._b.reset()  # model defaults + forward kinematics for every env
         self._fresh_row = self._b.state[0].copy()  # time 0, qpos0, zero vel/act/warmstart
 
@@ -68,6 +81,13 @@ class CpuSim:
         self.qvel = torch.zeros(n, model.nv)
         self.sensordata = torch.zeros(n, model.nsensordata)
         self.unstable = torch.zeros(n, dtype=torch.bool)
+        self._scratch = mujoco.MjData(model) if rne else None
+        # float64 sources of the tracked fields: the batch's outputs, or our rne buffers
+        self._rne64 = {f: np.zeros((n, *getattr(self._scratch, f).shape)) for f in rne}
+        self._data64 = {f: self._rne64[f] if f in self._rne64 else self._b.bind(f)
+                        for f in self.fields}
+        self._data32 = {f: torch.zeros(a.shape) for f, a in self._data64.items()}
+        self._rne_post(np.arange(n))
         self._sensors = sensor_slices(model)
         self._params32: dict[str, Tensor] = {}
         self._refresh()
@@ -85,6 +105,26 @@ class CpuSim:
     def sensor(self, name: str) -> Tensor:
         return sensor_view(self, self._sensors, name)
 
+    def data(self, name: str) -> Tensor:
+        try:
+            return self._data32[name]
+        except KeyError:
+            raise KeyError(f"MjData field {name!r} is not tracked; this sim tracks "
+                           f"{list(self.fields)} (Task.data_fields)") from None
+
+    def _rne_post(self, ids: np.ndarray) -> None:
+        """mj_rnePostConstraint on each env's MjData as its last call left it. The shared
+        model serves every env: the function reads model structure, and masses only
+        through cinert, which is in the data."""
+        if not self._rne64:
+            return
+        d = self._scratch
+        for i in ids.tolist():
+            self._b.get_data(i, d)
+            mujoco.mj_rnePostConstraint(self.model, d)
+            for f, buf in self._rne64.items():
+                buf[i] = getattr(d, f)
+
     # ------------------------------------------------------------------ stepping
     def step(self, ctrl: Tensor) -> None:
         self._ctrl64.copy_(ctrl)
@@ -93,6 +133,7 @@ class CpuSim:
             self._b.step(nstep=self.substeps)
         except batch.SimulationError as e:  # MuJoCo raised in some envs: those diverged
             failed[e.ids] = True
+        self._rne_post(np.arange(self.num_envs))
         self._refresh()
         self.unstable.copy_(diverged(self.qpos, self.qvel) | torch.from_numpy(failed))
 
@@ -100,6 +141,8 @@ class CpuSim:
         self.qpos.copy_(self._qpos64)
         self.qvel.copy_(self._qvel64)
         self.sensordata.copy_(self._sens64)
+        for f, t in self._data32.items():
+            t.copy_(_view(self._data64[f]))
 
     # ------------------------------------------------------------------ resets
     def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
@@ -112,6 +155,7 @@ class CpuSim:
         self._b.bind("qpos")[ids] = qpos.numpy()[ids]
         self._b.bind("qvel")[ids] = qvel.numpy()[ids]
         self._b.forward(ids)  # so sensors describe the reset state
+        self._rne_post(ids)
         self.unstable.numpy()[ids] = False
         self._refresh()
 
@@ -149,6 +193,7 @@ class CpuSim:
     def state_dict(self) -> dict[str, Tensor]:
         out = {"state": torch.from_numpy(self._b.state.copy()),
                "sensordata": self._sens64.clone()}
+        out.update({f"data/{f}": t.clone() for f, t in self._data32.items()})
         for field in RANDOMIZABLE_FIELDS:  # only the fields some env has its own values of
             per_env = self._b.expanded(field)
             if per_env is not None:
@@ -162,7 +207,11 @@ class CpuSim:
                 self.set_params(key.removeprefix("param/"), everyone, vals)
         self._b.state[...] = state["state"].numpy()
         self._b.forward()  # derived fields of the restored rows ...
+        self._rne_post(np.arange(self.num_envs))
         self.qpos.copy_(self._qpos64)
         self.qvel.copy_(self._qvel64)
         self.sensordata.copy_(state["sensordata"])  # ... but sensors as they were saved
+        for f, t in self._data32.items():  # ... and tracked fields, where saved
+            saved = state.get(f"data/{f}")
+            t.copy_(_view(self._data64[f]) if saved is None else saved)
         self.unstable.zero_()

@@ -42,6 +42,11 @@ Torch and JAX on one CUDA device (the stream rule this file relies on):
   * The attributes are rebound to new views by every step/reset (not updated in place): read
     `sim.qpos` when needed rather than keeping the tensor from an earlier step.
 
+Tracked MjData fields (`fields=`, read with `data(name)`) are leaves of the batched data,
+shared like qpos. RNE_POST_FIELDS (cfrc_ext, ...) are computed by MJX's rne_postconstraint
+after the substeps and after resets, in the same programs (jax impl; on Warp they raise).
+Under RK4, cacc and cfrc_int differ from MuJoCo C's (xpos and cfrc_ext agree).
+
 On a GPU, JAX would by default grab 75% of the device's memory at start-up, leaving torch
 short; importing this module sets XLA_PYTHON_CLIENT_PREALLOCATE=false first (unless the
 environment already says otherwise), so JAX allocates as it goes, next to torch's allocator.
@@ -71,6 +76,7 @@ from torch import Tensor  # noqa: E402
 from trot.sim.base import (  # noqa: E402
     MAX_STATE_VALUE,
     RANDOMIZABLE_FIELDS,
+    RNE_POST_FIELDS,
     check_field,
     sensor_slices,
     sensor_view,
@@ -202,11 +208,18 @@ def _flat(tree) -> tuple[_Structure, list]:
     return _Structure(treedef), leaves
 
 
+def _rne_post(m, d):
+    from mujoco.mjx._src import smooth  # MJX exports no public name for it
+
+    return smooth.rne_postconstraint(m, d)
+
+
 @cache
-def _programs(substeps: int, fields: tuple[str, ...]):
+def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False):
     """(step, reset) for one number of substeps and one set of batched model fields. Module
     level, so sims with equal model structure and N share compiled programs. Models and
-    data travel as flat leaves with their structure as a static argument (see _Structure)."""
+    data travel as flat leaves with their structure as a static argument (see _Structure).
+    rne: complete cacc/cfrc_int/cfrc_ext after each step and reset (RNE_POST_FIELDS)."""
 
     def step_one(m, d, ctrl):
         d = d.replace(ctrl=ctrl)
@@ -215,7 +228,7 @@ def _programs(substeps: int, fields: tuple[str, ...]):
             return mjx.step(m, d), None
 
         d, _ = jax.lax.scan(substep, d, None, length=substeps)
-        return d
+        return _rne_post(m, d) if rne else d
 
     def step(ms, ds, m_leaves, d_leaves, unstable, overflow_steps, ctrl):
         m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
@@ -233,6 +246,7 @@ def _programs(substeps: int, fields: tuple[str, ...]):
 
         def one(m, d, msk, q, v):
             fresh = mjx.forward(m, d0.replace(qpos=q, qvel=v))  # sensors of the new state
+            fresh = _rne_post(m, fresh) if rne else fresh
             return d.where(msk, fresh)  # masked envs take fresh, the others keep d exactly
 
         d = jax.vmap(one, in_axes=(_model_axes(m, fields), 0, 0, 0, 0))(m, d, mask, qpos, qvel)
@@ -290,6 +304,7 @@ class MjxSim:
         nconmax: int | None = None,
         njmax: int | None = None,
         warp_graph_mode: str | None = None,
+        fields: Sequence[str] = (),
     ):
         """randomize: the model fields kept per env from the start (default: all of
         RANDOMIZABLE_FIELDS; see the module docstring). nconmax / njmax (Warp only): contact
@@ -297,7 +312,8 @@ class MjxSim:
         default: the model's <size nconmax/njmax> when set, else MuJoCo Warp's estimate.
         warp_graph_mode (Warp only; else $TROT_MJX_WARP_GRAPH, else MJX's default): how the
         Warp calls capture CUDA graphs, a name of `mujoco.mjx.warp.types.GraphMode`
-        (WARP_STAGED avoids re-captures when XLA moves buffers between calls)."""
+        (WARP_STAGED avoids re-captures when XLA moves buffers between calls). fields: MjData
+        fields to track for `data(name)` (see `BatchedSim.data`)."""
         if num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
         if substeps <= 0:
@@ -352,10 +368,10 @@ class MjxSim:
         self._d0s, self._d0_leaves = _flat(d0)
 
         # per-env parameter tables [N, *shape] float32 for the batched model fields
-        fields = RANDOMIZABLE_FIELDS if randomize is None else tuple(randomize)
-        for f in fields:
+        batched = RANDOMIZABLE_FIELDS if randomize is None else tuple(randomize)
+        for f in batched:
             check_field(model, f)
-        self._params: dict[str, jax.Array] = {f: self._base_table(f) for f in sorted(fields)}
+        self._params: dict[str, jax.Array] = {f: self._base_table(f) for f in sorted(batched)}
         self._ms, self._m_leaves = _flat(self._batched_model())
 
         # state: the batched mjx.Data as flat leaves (see _Structure)
@@ -363,6 +379,19 @@ class MjxSim:
         self._ds, self._d_leaves = _flat(_broadcast_data(d0, qpos0))
         paths = jax.tree_util.tree_flatten_with_path(self._data())[0]
         self._idx = {_attr_name(p): i for i, (p, _) in enumerate(paths)}
+        self.fields = tuple(dict.fromkeys(fields))
+        self._field_leaf = {}  # tracked field -> its leaf ('xpos', '_impl.cfrc_ext', ...)
+        for f in self.fields:
+            leaf = next((k for k in (f, f"_impl.{f}") if k in self._idx), None)
+            if leaf is None or f in ("qpos", "qvel", "sensordata"):
+                raise ValueError(f"cannot track MjData field {f!r}; accepted: MJX data fields "
+                                 "other than qpos, qvel and sensordata (read those directly)")
+            self._field_leaf[f] = leaf
+        self._rne = any(f in RNE_POST_FIELDS for f in self.fields)
+        if self._rne and self.impl != "jax":
+            raise ValueError(f"tracking {[f for f in self.fields if f in RNE_POST_FIELDS]} "
+                             "needs MJX's rne_postconstraint, which trot runs on impl='jax' "
+                             "only; use impl='jax' or the cpu backend")
         self._unstable = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
         self._overflow = self._unstable
         self._overflow_steps = jax.device_put(np.zeros((), dtype=np.int32), self._jdev)
@@ -396,6 +425,13 @@ class MjxSim:
     def sensor(self, name: str) -> Tensor:
         return sensor_view(self, self._sensors, name)
 
+    def data(self, name: str) -> Tensor:
+        try:
+            return self._data_views[name]
+        except KeyError:
+            raise KeyError(f"MjData field {name!r} is not tracked; this sim tracks "
+                           f"{list(self.fields)} (Task.data_fields)") from None
+
     def _leaf(self, name: str) -> jax.Array:
         return self._d_leaves[self._idx[name]]
 
@@ -405,7 +441,7 @@ class MjxSim:
 
     # ------------------------------------------------------------------ programs
     def _fns(self):
-        return _programs(self.substeps, tuple(self._params))
+        return _programs(self.substeps, tuple(self._params), self._rne)
 
     def _warm_up(self) -> None:
         """Compile step and reset for the current set of batched fields (once per set). On
@@ -453,6 +489,7 @@ class MjxSim:
         self.sensordata = to_torch(self._leaf("sensordata"))
         self.unstable = to_torch(self._unstable)
         self.overflow = to_torch(self._overflow)
+        self._data_views = {f: to_torch(self._leaf(k)) for f, k in self._field_leaf.items()}
 
     # ------------------------------------------------------------------ resets
     def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
@@ -529,6 +566,8 @@ class MjxSim:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Tensor]:
         out = {k: to_torch(self._leaf(k)).clone() for k in _STATE_FIELDS if k in self._idx}
+        out.update({f"data/{f}": to_torch(self._leaf(k)).clone()
+                    for f, k in self._field_leaf.items()})
         out.update({f"param/{k}": to_torch(v).clone() for k, v in self._params.items()})
         return out
 
@@ -538,15 +577,17 @@ class MjxSim:
             if key.startswith("param/"):
                 self.set_params(key.removeprefix("param/"), everyone, vals)
         leaves = list(self._d_leaves)
-        for k in _STATE_FIELDS:
-            if k not in state or k not in self._idx:
+        keys = {k: k for k in _STATE_FIELDS}
+        keys.update({f"data/{f}": k for f, k in self._field_leaf.items()})
+        for key, k in keys.items():
+            if key not in state or k not in self._idx:
                 continue
             cur = leaves[self._idx[k]]
-            if tuple(state[k].shape) != tuple(cur.shape):
-                raise ValueError(f"state {k!r} has shape {tuple(state[k].shape)}, this sim "
+            if tuple(state[key].shape) != tuple(cur.shape):
+                raise ValueError(f"state {key!r} has shape {tuple(state[key].shape)}, this sim "
                                  f"needs {tuple(cur.shape)}")
             if cur.size:  # a private copy: JAX keeps using this memory after we return
-                t = state[k].to(self.device, _TORCH_DTYPES[np.dtype(cur.dtype)], copy=True)
+                t = state[key].to(self.device, _TORCH_DTYPES[np.dtype(cur.dtype)], copy=True)
                 leaves[self._idx[k]] = to_jax(t)
         self._d_leaves = leaves
         self._unstable = jax.device_put(np.zeros(self.num_envs, dtype=bool), self._jdev)

@@ -71,6 +71,9 @@ class Task(ABC, Generic[C]):
     """
 
     command_dim: int = 0
+    data_fields: tuple[str, ...] = ()
+    """MjData fields beyond qpos/qvel/sensordata that the task (or a kind='data' observation
+    term) reads with `sim.data(name)`, e.g. ("xpos", "cfrc_ext"); the sim tracks only these"""
 
     def __init__(self, config: C):
         self.config = config

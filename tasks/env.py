@@ -99,7 +99,16 @@ class Env:
         self.critic_layout = make_layout(task.critic_terms(), dims, cdim, self.action_dim)
         ranges = {k: (s.start, s.start + s.size) for k, s in sensor_slices(sim.model).items()}
         m = sim.model
-        cols = pool_columns(m.nsensordata, m.nq, m.nv, cdim)
+        # tracked MjData fields the observations read (Task.data_fields), at the pool's end
+        self._obs_fields = tuple(dict.fromkeys(
+            t.field for t in task.policy_terms() + task.critic_terms() if t.kind == "data"))
+        sizes = {f: sim.data(f)[0].numel() for f in self._obs_fields}
+        for t in task.policy_terms() + task.critic_terms():
+            if t.kind == "data" and not 0 <= t.start < t.stop <= sizes[t.field]:
+                raise ValueError(f"observation term {t.name!r}: [start, stop) = "
+                                 f"[{t.start}, {t.stop}) is not within the {sizes[t.field]} "
+                                 f"values of {t.field!r}")
+        cols = pool_columns(m.nsensordata, m.nq, m.nv, cdim, self.action_dim, sizes)
         self._policy_plan = compile_layout(self.policy_layout, ranges, cols, dev)
         self._critic_plan = compile_layout(self.critic_layout, ranges, cols, dev)
         self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
@@ -113,7 +122,8 @@ class Env:
     def observe(self) -> Observation:
         sim = self.sim
         cmd = self.task.command if self.task.command is not None else self.last_action[:, :0]
-        pool = source_pool(sim.sensordata, sim.qpos, sim.qvel, cmd, self.last_action)
+        data = tuple(sim.data(f) for f in self._obs_fields)
+        pool = source_pool(sim.sensordata, sim.qpos, sim.qvel, cmd, self.last_action, data)
         pool = torch.nan_to_num(pool, 0.0, 0.0, 0.0)  # a diverged env still shows numbers
         gen = self.gen if self.noise else None
         policy = build_obs(self._policy_plan, pool, gen)

@@ -3,19 +3,22 @@ builds the observation in torch for training and in numpy on the robot (export/r
 
 A term is `(raw - offset) * scale`, plus uniform noise of `noise` (in scaled units) while
 training. Sources are what a real robot can read: named MJCF sensors, the command, the
-last action; `qpos`/`qvel` slices exist for privileged (critic-only) terms.
+last action; `qpos`/`qvel` slices and `data` (a slice of a flattened MjData field the sim
+tracks, `Task.data_fields`, optionally clipped first) exist for privileged terms. The robot
+runner (export/runner.py) refuses `data` terms: no robot measures them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-SourceKind = Literal["sensor", "qpos", "qvel", "command", "last_action"]
-SOURCE_KINDS: tuple[str, ...] = ("sensor", "qpos", "qvel", "command", "last_action")
+SourceKind = Literal["sensor", "qpos", "qvel", "command", "last_action", "data"]
+SOURCE_KINDS: tuple[str, ...] = ("sensor", "qpos", "qvel", "command", "last_action", "data")
 
 
 @dataclass(frozen=True)
@@ -27,14 +30,18 @@ class ObsTerm:
     sensors: tuple[str, ...] = ()
     """for kind='sensor': MJCF sensor names, concatenated in this order"""
     start: int = 0
-    """for kind='qpos'/'qvel': first index"""
+    """for kind='qpos'/'qvel'/'data': first index (data: into the flattened field)"""
     stop: int = 0
-    """for kind='qpos'/'qvel': one past the last index"""
+    """for kind='qpos'/'qvel'/'data': one past the last index"""
     scale: float = 1.0
     offset: tuple[float, ...] = ()
     """subtracted from the raw values before scaling; empty means 0"""
     noise: float = 0.0
     """half-width of uniform training noise, in scaled units"""
+    field: str = ""
+    """for kind='data': the MjData field, e.g. 'cfrc_ext' (flattened per env)"""
+    clip: tuple[float, float] = ()
+    """for kind='data': clamp raw values to [lo, hi] before offset and scale; empty: none"""
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
@@ -42,6 +49,9 @@ class ObsTerm:
                              f"accepted: {', '.join(SOURCE_KINDS)}")
         if self.kind == "sensor" and not self.sensors:
             raise ValueError(f"observation term {self.name!r}: kind='sensor' needs sensor names")
+        if (self.kind == "data") != bool(self.field) or (self.clip and self.kind != "data"):
+            raise ValueError(f"observation term {self.name!r}: `field` (and `clip`) go with "
+                             "kind='data' only, and kind='data' needs a field")
 
 
 @dataclass(frozen=True)
@@ -67,8 +77,12 @@ class ObsLayout:
             src: dict = {"kind": t.kind}
             if t.kind == "sensor":
                 src["sensors"] = list(t.sensors)
-            elif t.kind in ("qpos", "qvel"):
+            elif t.kind in ("qpos", "qvel", "data"):
                 src["start"], src["stop"] = t.start, t.stop
+            if t.kind == "data":
+                src["field"] = t.field
+                if t.clip:
+                    src["clip"] = list(t.clip)
             out.append({"name": t.name, "start": s.start, "size": s.size, "scale": t.scale,
                         "offset": list(t.offset) or [0.0] * s.size, "source": src})
         return out
@@ -82,7 +96,7 @@ def term_size(term: ObsTerm, sensor_dims: dict[str, int], command_dim: int,
             raise KeyError(f"observation term {term.name!r} names unknown sensors {missing}; "
                            f"the model has: {', '.join(sensor_dims)}")
         return sum(sensor_dims[n] for n in term.sensors)
-    if term.kind in ("qpos", "qvel"):
+    if term.kind in ("qpos", "qvel", "data"):
         return term.stop - term.start
     return command_dim if term.kind == "command" else action_dim
 
@@ -110,12 +124,20 @@ class ObsPlan:
     scale: Tensor  # [D]
     noise: Tensor  # [D]
     noisy: bool
+    clip: tuple[Tensor, Tensor] | None = None  # [D] lo, hi (+-inf where unclipped); None: none
 
 
-def pool_columns(nsensordata: int, nq: int, nv: int, command_dim: int) -> dict[str, int]:
-    """Where each source starts in the pool [sensordata | qpos | qvel | command | action]."""
-    return {"sensor": 0, "qpos": nsensordata, "qvel": nsensordata + nq,
+def pool_columns(nsensordata: int, nq: int, nv: int, command_dim: int, action_dim: int = 0,
+                 data_sizes: dict[str, int] | None = None) -> dict[str, int]:
+    """Where each source starts in the pool [sensordata | qpos | qvel | command | action |
+    data fields, flattened, in `data_sizes` order]; a data field's key is 'data:<name>'."""
+    cols = {"sensor": 0, "qpos": nsensordata, "qvel": nsensordata + nq,
             "command": nsensordata + nq + nv, "last_action": nsensordata + nq + nv + command_dim}
+    start = cols["last_action"] + action_dim
+    for name, size in (data_sizes or {}).items():
+        cols[f"data:{name}"] = start
+        start += size
+    return cols
 
 
 def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
@@ -124,11 +146,18 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
     offset: list[float] = []
     scale: list[float] = []
     noise: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
     for slot in layout.slots:
-        t, base = slot.term, columns[slot.term.kind]
+        t = slot.term
+        key = f"data:{t.field}" if t.kind == "data" else t.kind
+        if key not in columns:
+            raise KeyError(f"observation term {t.name!r} reads MjData field {t.field!r}, which "
+                           "the sim does not track: add it to the task's data_fields")
+        base = columns[key]
         if t.kind == "sensor":
             cols = [c for n in t.sensors for c in range(*sensor_ranges[n])]
-        elif t.kind in ("qpos", "qvel"):
+        elif t.kind in ("qpos", "qvel", "data"):
             cols = [base + i for i in range(t.start, t.stop)]
         else:
             cols = [base + i for i in range(slot.size)]
@@ -136,20 +165,28 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
         offset += list(t.offset) or [0.0] * slot.size
         scale += [t.scale] * slot.size
         noise += [t.noise] * slot.size
+        lo += [t.clip[0] if t.clip else -math.inf] * slot.size
+        hi += [t.clip[1] if t.clip else math.inf] * slot.size
     f = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
+    clipped = any(s.term.clip for s in layout.slots)
     return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(offset), f(scale),
-                   f(noise), any(n > 0 for n in noise))
+                   f(noise), any(n > 0 for n in noise), (f(lo), f(hi)) if clipped else None)
 
 
 def source_pool(sensordata: Tensor, qpos: Tensor, qvel: Tensor, command: Tensor,
-                last_action: Tensor) -> Tensor:
-    """[N, ns + nq + nv + C + A]: every value an observation term may read."""
-    return torch.cat([sensordata, qpos, qvel, command, last_action], dim=1)
+                last_action: Tensor, data: tuple[Tensor, ...] = ()) -> Tensor:
+    """[N, ns + nq + nv + C + A (+ data)]: every value an observation term may read; data:
+    the tracked MjData fields [N, *shape], flattened, in `pool_columns` order."""
+    extra = [d.flatten(1) for d in data]
+    return torch.cat([sensordata, qpos, qvel, command, last_action, *extra], dim=1)
 
 
 def build_obs(plan: ObsPlan, pool: Tensor, gen: torch.Generator | None) -> Tensor:
     """[N, D]; noise is added only when a generator is given."""
-    x = (pool.index_select(1, plan.index) - plan.offset) * plan.scale
+    raw = pool.index_select(1, plan.index)
+    if plan.clip is not None:
+        raw = torch.clamp(raw, plan.clip[0], plan.clip[1])
+    x = (raw - plan.offset) * plan.scale
     if gen is not None and plan.noisy:
         u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
         x = x + (2.0 * u - 1.0) * plan.noise

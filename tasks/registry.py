@@ -68,6 +68,6 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
                         f"got {type(cfg).__name__}")
     t = entry.task_cls(cfg)
     model = compile_model(t)
-    s = make_sim(sim, model, num_envs, cfg.substeps, device)
+    s = make_sim(sim, model, num_envs, cfg.substeps, device, fields=t.data_fields)
     return Env(task, t, s, seed)
 

@@ -1,0 +1,224 @@
+"""Same MDP, same wall-clock: trot vs Stable-Baselines3 PPO vs rl_games PPO on Ant-v5.
+
+    bash benchmarks/peers/setup.sh                      # once: the peers' venv
+    python benchmarks/compare_ant.py --minutes 12       # ~40 min: the three, one after another
+    python benchmarks/compare_ant.py --only sb3,rlgames --minutes 1
+    python benchmarks/compare_ant.py --from-csv runs/compare_ant/20260101-120000
+
+Runs, sequentially and each for --minutes of training wall-clock on this machine:
+  trot     python -m trot train gym-ant --num-envs 64 --minutes M  (this python; the task is a
+           replica of Gymnasium's Ant-v5 on trot's batched MuJoCo) -> OUT/trot/metrics.csv
+  sb3      benchmarks/peers/sb3_ant.py (RL Zoo's Ant settings)      -> OUT/sb3.csv
+  rlgames  benchmarks/peers/rlgames_ant.py (rl_games' ant.yaml)      -> OUT/rlgames.csv
+with the peers on --peers-python (the venv of benchmarks/peers/setup.sh). All three see
+Ant-v5's 27-dim observation (qpos[2:] + qvel); --cfrc switches all three to v5's default
+105 dims (trot's gym-ant-cfrc). Each stack's clock starts when its training loop starts
+(env and model construction excluded), and returns are raw training-episode returns.
+
+The table: env-steps/s over the whole run; the return at M/4, M/2 and M minutes (3/6/12 for
+the default 12), read as the episode-weighted mean of the returns logged in the 10 s up to
+the mark (trot logs each iteration, the peers every ~10 s, so this puts all three on the
+same footing; with nothing logged in that window, the last return logged before the mark);
+and the first wall-clock time that 10 s mean reached 1000 and 2000. "-": the run ended (or
+logged no return) before the mark. --from-csv needs the --minutes the runs had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STACKS = ("trot", "sb3", "rlgames")
+CSV_NAME = {"trot": "trot/metrics.csv", "sb3": "sb3.csv", "rlgames": "rlgames.csv"}
+RETURN_COL = {"trot": "episode_return", "sb3": "mean_return", "rlgames": "mean_return"}
+WINDOW_S = 10.0
+THRESHOLDS = (1000.0, 2000.0)
+
+
+def commands(a, out: Path) -> dict[str, list[str]]:
+    task = "gym-ant-cfrc" if a.cfrc else "gym-ant"
+    cfrc = ["--cfrc"] if a.cfrc else []
+    m = str(a.minutes)
+    return {
+        "trot": [sys.executable, "-m", "trot", "train", task, "--num-envs", "64",
+                 "--minutes", m, "--max-env-steps", str(10**11), "--seed", str(a.seed),
+                 "--run-dir", str(out / "trot"), "--no-export", *shlex.split(a.trot_args)],
+        "sb3": [a.peers_python, str(HERE / "peers" / "sb3_ant.py"), "--minutes", m,
+                "--seed", str(a.seed), "--out", str(out / CSV_NAME["sb3"]), *cfrc],
+        "rlgames": [a.peers_python, str(HERE / "peers" / "rlgames_ant.py"), "--minutes", m,
+                    "--seed", str(a.seed), "--backend", a.rlgames_backend,
+                    "--out", str(out / CSV_NAME["rlgames"]), *cfrc],
+    }
+
+
+def run(name: str, cmd: list[str], log: Path, timeout_s: float) -> int:
+    """Run one stack, its output streamed to the console and to `log`."""
+    print(f"\n== {name}: {shlex.join(cmd)}\n   (log: {log})", flush=True)
+    t0 = time.monotonic()
+    with open(log, "w") as f, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True) as p:
+        for line in p.stdout:
+            f.write(line)
+            if not line.startswith(("Warning", "  warn", "WARNING")):
+                print(f"   {line}", end="", flush=True)
+            if time.monotonic() - t0 > timeout_s:
+                p.kill()
+                print(f"== {name}: killed after {timeout_s:.0f} s", flush=True)
+        rc = p.wait()
+    print(f"== {name}: exit {rc} after {time.monotonic() - t0:.0f} s", flush=True)
+    return rc
+
+
+def read_rows(path: Path, name: str) -> list[tuple[float, float, float | None, float]]:
+    """(wall_s, env_steps, return or None, episodes) per logged row."""
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            ret = r.get(RETURN_COL[name]) or ""
+            eps = float(r.get("episodes") or 0.0)
+            rows.append((float(r["wall_s"]), float(r["env_steps"]),
+                         float(ret) if ret.strip() else None, eps if ret.strip() else 0.0))
+    return rows
+
+
+def return_at(rows, t: float) -> float | None:
+    """Episode-weighted mean return of the rows in (t - WINDOW_S, t]; else the last before t."""
+    win = [(ret, eps) for w, _, ret, eps in rows if t - WINDOW_S < w <= t and ret is not None]
+    n = sum(max(eps, 1.0) for _, eps in win)
+    if win:
+        return sum(ret * max(eps, 1.0) for ret, eps in win) / n
+    before = [ret for w, _, ret, _ in rows if w <= t and ret is not None]
+    return before[-1] if before else None
+
+
+def summarize(rows, minutes: float) -> dict:
+    marks = (minutes / 4, minutes / 2, minutes)
+    wall, steps = rows[-1][0], rows[-1][1]
+    out = {"steps_per_s": steps / wall if wall > 0 else float("nan"), "env_steps": steps,
+           "wall_s": wall, "at": [return_at(rows, 60.0 * m + 1e-6) if 60.0 * m <= wall + 5.0
+                                  else None for m in marks]}  # None: the run ended before
+    for thr in THRESHOLDS:
+        hit = next((w for w, *_ in rows if (r := return_at(rows, w)) is not None and r >= thr),
+                   None)
+        out[thr] = hit
+    return out
+
+
+def fmt_ret(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def fmt_time(t: float | None) -> str:
+    return "not reached" if t is None else f"{int(t // 60)}m{int(t % 60):02d}s"
+
+
+def fmt_min(m: float) -> str:
+    return f"{m:g} min"
+
+
+def table(csvs: dict[str, Path], minutes: float) -> str:
+    marks = (minutes / 4, minutes / 2, minutes)
+    head = ["stack", "env-steps/s", "env steps", "wall (s)"]
+    head += [f"return @ {fmt_min(m)}" for m in marks]
+    head += [f"first >= {thr:,.0f}" for thr in THRESHOLDS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, path in csvs.items():
+        rows = read_rows(path, name) if path.is_file() else []
+        if not rows:
+            lines.append(f"| {name} | no rows in {path} |" + " |" * (len(head) - 2))
+            continue
+        s = summarize(rows, minutes)
+        cells = [name, f"{s['steps_per_s']:,.0f}", f"{s['env_steps']:,.0f}", f"{s['wall_s']:.0f}",
+                 *[fmt_ret(v) for v in s["at"]], *[fmt_time(s[thr]) for thr in THRESHOLDS]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+PEER_VERSIONS = """
+import importlib.metadata as md
+for p in ("stable-baselines3", "rl-games", "gymnasium", "mujoco", "torch", "envpool", "numpy"):
+    try: print(p, md.version(p))
+    except md.PackageNotFoundError: print(p, "-")
+"""
+
+
+def versions(peers_python: str | None) -> str:
+    import importlib.metadata as md
+
+    main = {}
+    for p in ("trot", "mujoco", "gymnasium", "torch", "numpy"):
+        try:
+            main[p] = md.version(p)
+        except md.PackageNotFoundError:
+            main[p] = "-"
+    peers = {}
+    if peers_python and Path(peers_python).exists():
+        res = subprocess.run([peers_python, "-c", PEER_VERSIONS], capture_output=True,
+                             text=True, timeout=120, check=False)
+        peers = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
+    names = list(dict.fromkeys([*main, *peers]))
+    lines = ["| package | trot's python | peers' venv |", "|---|---|---|"]
+    lines += [f"| {n} | {main.get(n, '')} | {peers.get(n, '')} |" for n in names]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=12.0, help="training wall-clock per stack")
+    ap.add_argument("--only", default=",".join(STACKS), help="comma list of trot,sb3,rlgames")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="default runs/compare_ant/<timestamp>")
+    ap.add_argument("--peers-python", default="/work/peers-venv/bin/python",
+                    help="python of the venv from benchmarks/peers/setup.sh")
+    ap.add_argument("--from-csv", nargs="+", metavar="DIR|NAME=CSV", default=None,
+                    help="re-print the table: an --out-dir of an earlier run, or NAME=CSV "
+                         "(e.g. trot=runs/x/metrics.csv sb3=sb3.csv)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cfrc", action="store_true",
+                    help="105-dim observations with contact forces (trot task gym-ant-cfrc)")
+    ap.add_argument("--rlgames-backend", choices=("envpool", "gymnasium"), default="envpool")
+    ap.add_argument("--trot-args", default="", help="extra arguments for trot train")
+    a = ap.parse_args(argv)
+    only = [s.strip() for s in a.only.split(",") if s.strip()]
+    if bad := [s for s in only if s not in STACKS]:
+        ap.error(f"--only: unknown {bad}; choose from {','.join(STACKS)}")
+
+    if a.from_csv:
+        csvs: dict[str, Path] = {}
+        for item in a.from_csv:
+            if "=" in item:
+                name, path = item.split("=", 1)
+                if name not in STACKS:
+                    ap.error(f"--from-csv: unknown stack {name!r}")
+                csvs[name] = Path(path)
+            else:
+                csvs.update({n: Path(item) / CSV_NAME[n] for n in STACKS
+                             if (Path(item) / CSV_NAME[n]).is_file()})
+        csvs = {n: p for n, p in csvs.items() if n in only}
+    else:
+        out = a.out_dir or Path("runs/compare_ant") / time.strftime("%Y%m%d-%H%M%S")
+        out.mkdir(parents=True, exist_ok=True)
+        cmds = commands(a, out)
+        failed = []
+        for name in only:
+            if run(name, cmds[name], out / f"{name}.log", 60 * a.minutes + 600) != 0:
+                failed.append(name)
+        csvs = {n: out / CSV_NAME[n] for n in only}
+        print(f"\nresults in {out}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+
+    print(f"\n## Ant-v5, {fmt_min(a.minutes)} of training each "
+          f"({'105' if a.cfrc else '27'}-dim observation)\n")
+    print(table(csvs, a.minutes))
+    print("\n" + versions(a.peers_python))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

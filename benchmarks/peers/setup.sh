@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the separate venv that the Ant-v5 peers (SB3 PPO, rl_games PPO) run in.
+#
+#   bash benchmarks/peers/setup.sh [VENV]          # default VENV: /work/peers-venv
+#   PEERS_VENV=/path bash benchmarks/peers/setup.sh
+#   bash benchmarks/peers/setup.sh --pinned        # install benchmarks/peers/requirements.txt
+#
+# A venv of its own because rl_games and SB3 bring their own dependency trees (tensorboard,
+# pygame, ...) that trot's environment has no need of. Order matters: torch==2.13.0 first
+# (the CPU build on local disk; a bare `torch` requirement would pull the multi-GB CUDA
+# build), then the rest, which finds torch already satisfied.
+#
+# Without --pinned it installs the newest releases and rewrites requirements.txt from
+# `pip freeze` (the versions the smoke runs used). rl-games 1.6.5 installs with its own
+# dependency list on Python 3.11: it pulls gymnasium (not the old `gym`), so no --no-deps
+# is needed. envpool (1.2.5, cp311 wheel) is optional: rlgames_ant.py's default backend;
+# if it fails to install, run rlgames_ant.py with --backend gymnasium.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+pinned=0
+if [[ "${1:-}" == "--pinned" ]]; then pinned=1; shift; fi
+venv="${1:-${PEERS_VENV:-/work/peers-venv}}"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null || python=python3
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip install --quiet)
+
+"${pip[@]}" torch==2.13.0
+if (( pinned )); then
+    "${pip[@]}" -r <(grep -v -i '^envpool' "$here/requirements.txt")
+    grep -i '^envpool' "$here/requirements.txt" | xargs "${pip[@]}" \
+        || echo "setup.sh: envpool did not install; use rlgames_ant.py --backend gymnasium" >&2
+else
+    "${pip[@]}" stable-baselines3 "gymnasium[mujoco]" rl-games==1.6.5
+    if ! "${pip[@]}" envpool; then
+        echo "setup.sh: envpool did not install; use rlgames_ant.py --backend gymnasium" >&2
+    fi
+    # pins: the packages the peers import, and the ones whose version changes results
+    "$venv/bin/python" -m pip freeze | grep -i -E \
+        '^(torch|numpy|gymnasium|mujoco|mujoco-core|stable[-_]baselines3|rl[-_]games|envpool|envpool-assets|pyyaml|tensorboardx|cloudpickle|psutil|setproctitle)==' \
+        | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' > "$here/requirements.txt"
+fi
+
+# check: Ant-v5 steps in this venv, and which MuJoCo it runs on
+"$venv/bin/python" - <<'EOF'
+import gymnasium as gym, mujoco, numpy as np
+env = gym.make("Ant-v5", include_cfrc_ext_in_observation=False)
+obs, _ = env.reset(seed=0)
+for _ in range(10):
+    obs, r, term, trunc, _ = env.step(env.action_space.sample())
+print(f"Ant-v5 ok: obs {obs.shape}, gymnasium {gym.__version__}, mujoco {mujoco.__version__}")
+try:
+    import envpool
+    e = envpool.make("Ant-v5", env_type="gymnasium", num_envs=2, use_contact_force=False)
+    e.reset()
+    print(f"envpool {envpool.__version__} Ant-v5 ok: obs {e.observation_space.shape}")
+except Exception as exc:  # optional backend
+    print(f"envpool unavailable ({exc!r}); rlgames_ant.py --backend gymnasium still works")
+EOF
+echo "peers venv ready: $venv/bin/python"

@@ -48,7 +48,7 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
         out[k] = _nanmean_per_env(x).mean().item()
         halves = [_nanmean_per_env(_second_half(x[:, i])) for i in range(n)]
         out[f"{k}_second_half"] = torch.stack(halves).mean().item()
-    return out
+    return out | env.task.summarize(out)
 
 
 def _nanmean_per_env(x: Tensor) -> Tensor:

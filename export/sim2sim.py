@@ -12,7 +12,7 @@ import torch
 
 from trot.export.runner import ObservationBuilder, OnnxPolicy
 from trot.tasks.registry import get_task
-from trot.sim.base import RNE_POST_FIELDS, sensor_slices, sensor_view
+from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 
 
 class PlainSim:
@@ -44,6 +44,19 @@ class PlainSim:
     def params(self, field: str) -> torch.Tensor:
         return torch.as_tensor(np.array(getattr(self.model, field)), dtype=torch.float32)[None]
 
+    def set_params(self, field: str, mask: torch.Tensor, values: torch.Tensor) -> None:
+        """Domain randomization lands in the one model (this sim's only env)."""
+        check_field(self.model, field)
+        if bool(mask[0]):
+            getattr(self.model, field)[:] = values[0].double().numpy()
+            if field in mujoco.MjModel._setconst_inputs:  # masses, inertial frames
+                mujoco.mj_setConst(self.model, self.mjdata)
+
+    def kick(self, mask: torch.Tensor, dqvel: torch.Tensor) -> None:
+        if bool(mask[0]):
+            self.mjdata.qvel[:] += dqvel[0].double().numpy()
+            self.refresh()
+
 
 def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 trajectory: Path | None = None) -> dict[str, float | None]:
@@ -61,6 +74,7 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     gen = torch.Generator().manual_seed(seed)
     max_steps = max(1, round(task.config.episode_seconds / sim.control_dt))
     returns, lengths, falls, traj = [], [], 0, []
+    metrics: dict[str, list[float]] = {}  # task eval metrics, one mean per episode
     everyone = torch.ones(1, dtype=torch.bool)
     for _ in range(episodes):
         qpos, qvel = task.initial_state(sim, gen)
@@ -70,7 +84,7 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
         sim.refresh()
         task.on_reset(sim, everyone, gen)
         builder.last_action[:] = 0.0
-        ret, steps = 0.0, 0
+        ret, steps, sums = 0.0, 0, {}
         for steps in range(1, max_steps + 1):
             if task.command is not None:
                 builder.command[:] = task.command[0].numpy()
@@ -83,6 +97,8 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
             builder.last_action[:] = action
             act_t = torch.tensor(action, dtype=torch.float32)[None]
             ret += float(task.reward(sim, act_t)[0][0])
+            for k, v in task.eval_metrics(sim).items():
+                sums[k] = sums.get(k, 0.0) + float(v[0])
             if trajectory is not None:
                 traj.append(np.concatenate([data.qpos, data.qvel, action]))
             if bool(task.terminated(sim)[0]):
@@ -90,11 +106,15 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 break
         returns.append(ret)
         lengths.append(steps)
+        for k, v in sums.items():
+            metrics.setdefault(k, []).append(v / steps)
     if trajectory is not None:
         np.savez(trajectory, steps=np.asarray(traj), nq=model.nq, nv=model.nv)
     r = np.asarray(returns)
-    return {"mean_return": float(r.mean()), "std_return": float(r.std()),
-            "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
-            "terminated_rate": falls / episodes,
-            "env_steps": float(policy.contract["training_env_steps"]),
-            "max_return": task.max_return()}
+    out = {"mean_return": float(r.mean()), "std_return": float(r.std()),
+           "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
+           "terminated_rate": falls / episodes}
+    out |= {k: float(np.mean(v)) for k, v in metrics.items()}
+    return out | task.summarize(out) | {
+        "env_steps": float(policy.contract["training_env_steps"]),
+        "max_return": task.max_return()}

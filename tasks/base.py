@@ -130,6 +130,11 @@ class Task(ABC, Generic[C]):
         """Per-step [N] quantities that `trot eval` averages over each episode."""
         return {}
 
+    def summarize(self, means: dict[str, float]) -> dict[str, float]:
+        """Headline numbers derived from an evaluation's means (`eval_metrics` averaged per
+        episode, then over episodes, plus mean_length and terminated_rate)."""
+        return {}
+
     def max_return(self) -> float | None:
         """The greatest achievable episode return, where there is one."""
         return None

@@ -404,6 +404,13 @@ class Go1Flat(Task[Go1FlatConfig]):
             "speed": sim.qvel[:, :2].norm(dim=-1),
         }
 
+    def summarize(self, means: dict[str, float]) -> dict[str, float]:
+        """fall_rate (episodes ended by a fall), episode_seconds, and energy_per_meter (J/m):
+        mechanical work at the joints over planar distance, mean(power) / mean(speed)."""
+        return {"fall_rate": means["terminated_rate"],
+                "episode_seconds": means["mean_length"] * self.dt,
+                "energy_per_meter": means["power"] / max(means["speed"], 1e-6)}
+
     # ---------------------------------------------------------------- checkpoints
     _STATE = ("command", "_cmd_seen", "_cmd_timer", "_push_timer", "_push_at", "_prev_action",
               "_prev_joint_vel", "_air_time", "_last_contact", "_latency")

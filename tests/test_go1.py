@@ -345,3 +345,35 @@ def test_load_robot_menagerie_layout(tmp_path, monkeypatch):
     with pytest.raises(RobotNotFoundError, match="unitree_a1") as e:
         load_robot("unitree_a1")
     assert "scene.xml" in str(e.value) and "a1.xml" in str(e.value)
+
+
+def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
+    """`trot eval` and `trot sim2sim` both print tracking errors, fall rate, episode length
+    and energy per meter for go1-flat (an untrained policy: the numbers' presence and
+    consistency, not their quality)."""
+    import dataclasses
+
+    from trot.agents.config import PPOConfig
+    from trot.agents.evaluate import evaluate
+    from trot.agents.trainer import start_run
+    from trot.config import TrainConfig
+    from trot.export.onnx import export_run
+    from trot.export.sim2sim import run_sim2sim
+
+    monkeypatch.chdir(tmp_path)
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,),
+                                rollout_steps=4, minibatches=1, epochs=1)
+    env_cfg = dataclasses.replace(go1.Go1FlatConfig(), episode_seconds=2.0)
+    cfg = TrainConfig(task="go1-flat", num_envs=16, max_env_steps=64, agent=agent,
+                      env=env_cfg, run_dir=str(tmp_path / "run"))
+    trainer, run_dir = start_run(cfg)
+    trainer.train(run_dir, quiet=True)
+    export_run(run_dir, quiet=True)
+    keys = {"lin_vel_error", "yaw_rate_error", "fall_rate", "episode_seconds",
+            "energy_per_meter", "terminated_rate", "mean_length"}
+    for out in (evaluate(run_dir, episodes=4), run_sim2sim(run_dir, episodes=2)):
+        assert keys <= set(out), sorted(out)
+        assert out["fall_rate"] == out["terminated_rate"]
+        assert out["episode_seconds"] == pytest.approx(out["mean_length"] * 0.02)
+        assert 0 < out["episode_seconds"] <= 2.0 and out["energy_per_meter"] > 0
+        assert out["energy_per_meter"] == pytest.approx(out["power"] / out["speed"])

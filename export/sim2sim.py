@@ -35,11 +35,12 @@ class PlainSim:
     def sensor(self, name: str) -> torch.Tensor:
         return sensor_view(self, self._sensors, name)
 
-    def data(self, name: str) -> torch.Tensor:
+    def data(self, name: str, precise: bool = False) -> torch.Tensor:
         """BatchedSim.data: the field as mj_step left it (cfrc_ext etc. completed)."""
         if name in RNE_POST_FIELDS:
             mujoco.mj_rnePostConstraint(self.model, self.mjdata)
-        return torch.tensor(getattr(self.mjdata, name), dtype=torch.float32)[None]
+        dtype = torch.float64 if precise else torch.float32
+        return torch.tensor(getattr(self.mjdata, name), dtype=dtype)[None]
 
     def params(self, field: str) -> torch.Tensor:
         return torch.as_tensor(np.array(getattr(self.model, field)), dtype=torch.float32)[None]

@@ -77,8 +77,9 @@ class BatchedSim(Protocol):
     def sensor(self, name: str) -> Tensor:
         """[N, dim] view of the named sensor."""
 
-    def data(self, name: str) -> Tensor:
-        """[N, *shape] float32: an MjData field the sim was built to track (`fields=` of
+    def data(self, name: str, precise: bool = False) -> Tensor:
+        """[N, *shape] float32 (precise: the backend's own precision, float64 on the cpu
+        backend as a read-only zero-copy view; mjx state is float32 either way): an MjData field the sim was built to track (`fields=` of
         the backend, from `Task.data_fields`), as a plain MjData holds it after mj_step:
         derived fields come from the last evaluation of the last substep (RK4: its last
         stage), and RNE_POST_FIELDS are then completed by mj_rnePostConstraint. After a reset,

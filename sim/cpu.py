@@ -105,9 +105,9 @@ class CpuSim:
     def sensor(self, name: str) -> Tensor:
         return sensor_view(self, self._sensors, name)
 
-    def data(self, name: str) -> Tensor:
+    def data(self, name: str, precise: bool = False) -> Tensor:
         try:
-            return self._data32[name]
+            return _view(self._data64[name]) if precise else self._data32[name]
         except KeyError:
             raise KeyError(f"MjData field {name!r} is not tracked; this sim tracks "
                            f"{list(self.fields)} (Task.data_fields)") from None

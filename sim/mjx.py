@@ -425,8 +425,8 @@ class MjxSim:
     def sensor(self, name: str) -> Tensor:
         return sensor_view(self, self._sensors, name)
 
-    def data(self, name: str) -> Tensor:
-        try:
+    def data(self, name: str, precise: bool = False) -> Tensor:
+        try:  # float32 either way: JAX runs without x64
             return self._data_views[name]
         except KeyError:
             raise KeyError(f"MjData field {name!r} is not tracked; this sim tracks "

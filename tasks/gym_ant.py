@@ -119,7 +119,7 @@ class GymAnt(Task[GymAntConfig]):
 
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
         # xpos as the last step (or reset) left it; cpu updates it in place: copy
-        self.x_before = sim.data("xpos")[:, TORSO, 0].clone()  # [N]
+        self.x_before = sim.data("xpos", precise=True)[:, TORSO, 0].clone()  # [N]
 
     def healthy(self, sim: BatchedSim) -> Tensor:
         lo, hi = self.config.healthy_z_range
@@ -128,18 +128,22 @@ class GymAnt(Task[GymAntConfig]):
         return finite & (z >= lo) & (z <= hi)  # [N]
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        # In the sim's own precision (float64 on the cpu backend), as Gymnasium computes it:
+        # the difference of two float32 positions would be off by ~ulp(x) / dt.
         c = self.config
-        x_velocity = (sim.data("xpos")[:, TORSO, 0] - self.x_before) / sim.control_dt  # [N]
-        self.x_velocity = x_velocity
+        x_after = sim.data("xpos", precise=True)[:, TORSO, 0]  # [N]
+        x_velocity = (x_after - self.x_before) / sim.control_dt  # [N]
+        self.x_velocity = x_velocity.float()
         forward = c.forward_reward_weight * x_velocity
-        healthy = c.healthy_reward * self.healthy(sim).float()
-        ctrl = c.ctrl_cost_weight * action.square().sum(1)
+        healthy = c.healthy_reward * self.healthy(sim).to(x_velocity.dtype)
+        ctrl = c.ctrl_cost_weight * action.to(x_velocity.dtype).square().sum(1)
         lo, hi = c.contact_force_range
-        forces = sim.data("cfrc_ext").clamp(lo, hi)  # [N, nbody, 6]
+        forces = sim.data("cfrc_ext", precise=True).clamp(lo, hi)  # [N, nbody, 6]
         contact = c.contact_cost_weight * forces.square().sum((1, 2))
         total = (forward + healthy) - (ctrl + contact)  # Ant-v5's order of operations
-        return total, {"forward": forward, "healthy": healthy, "ctrl_cost": -ctrl,
-                       "contact_cost": -contact}
+        terms = {"forward": forward, "healthy": healthy, "ctrl_cost": -ctrl,
+                 "contact_cost": -contact}
+        return total.float(), {k: v.float() for k, v in terms.items()}
 
     def terminated(self, sim: BatchedSim) -> Tensor:
         if not self.config.terminate_when_unhealthy:

@@ -14,8 +14,8 @@ from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks.base import Observation, StepResult, Task
-from trot.tasks.observation import (build_obs, compile_layout, make_layout, pool_columns,
-                                    source_pool)
+from trot.tasks.observation import (FIELD_KINDS, build_obs, compile_layout, field_key,
+                                    make_layout, pool_columns, source_pool)
 
 
 @dataclass
@@ -99,15 +99,16 @@ class Env:
         self.critic_layout = make_layout(task.critic_terms(), dims, cdim, self.action_dim)
         ranges = {k: (s.start, s.start + s.size) for k, s in sensor_slices(sim.model).items()}
         m = sim.model
-        # tracked MjData fields the observations read (Task.data_fields), at the pool's end
-        self._obs_fields = tuple(dict.fromkeys(
-            t.field for t in task.policy_terms() + task.critic_terms() if t.kind == "data"))
-        sizes = {f: sim.data(f)[0].numel() for f in self._obs_fields}
-        for t in task.policy_terms() + task.critic_terms():
-            if t.kind == "data" and not 0 <= t.start < t.stop <= sizes[t.field]:
+        # named fields the observations read, at the pool's end: tracked MjData fields
+        # (Task.data_fields) and per-env model parameters
+        terms = [t for t in task.policy_terms() + task.critic_terms() if t.kind in FIELD_KINDS]
+        self._obs_fields = tuple(dict.fromkeys((t.kind, t.field) for t in terms))
+        sizes = {f"{k}:{f}": self._field(k, f)[0].numel() for k, f in self._obs_fields}
+        for t in terms:
+            if not 0 <= t.start < t.stop <= sizes[field_key(t)]:
                 raise ValueError(f"observation term {t.name!r}: [start, stop) = "
-                                 f"[{t.start}, {t.stop}) is not within the {sizes[t.field]} "
-                                 f"values of {t.field!r}")
+                                 f"[{t.start}, {t.stop}) is not within the "
+                                 f"{sizes[field_key(t)]} values of {t.field!r}")
         cols = pool_columns(m.nsensordata, m.nq, m.nv, cdim, self.action_dim, sizes)
         self._policy_plan = compile_layout(self.policy_layout, ranges, cols, dev)
         self._critic_plan = compile_layout(self.critic_layout, ranges, cols, dev)
@@ -119,10 +120,13 @@ class Env:
         self.noise = task.config.obs_noise
 
     # ------------------------------------------------------------------ observation
+    def _field(self, kind: str, name: str) -> Tensor:  # [N, *shape]
+        return self.sim.data(name) if kind == "data" else self.sim.params(name)
+
     def observe(self) -> Observation:
         sim = self.sim
         cmd = self.task.command if self.task.command is not None else self.last_action[:, :0]
-        data = tuple(sim.data(f) for f in self._obs_fields)
+        data = tuple(self._field(k, f) for k, f in self._obs_fields)
         pool = source_pool(sim.sensordata, sim.qpos, sim.qvel, cmd, self.last_action, data)
         pool = torch.nan_to_num(pool, 0.0, 0.0, 0.0)  # a diverged env still shows numbers
         gen = self.gen if self.noise else None

@@ -177,6 +177,9 @@ class Go1Flat(Task[Go1FlatConfig]):
                     scale=0.02),
             ObsTerm("thigh_forces", "sensor", tuple(f"{leg}_thigh_contact" for leg in LEGS),
                     scale=0.02),
+            # the floor's randomized sliding friction (geom 0 of go1.xml; a test checks)
+            ObsTerm("floor_friction", "param", field="geom_friction", start=0, stop=1,
+                    offset=(1.0,), scale=2.0),
         )
 
     # ---------------------------------------------------------------- setup

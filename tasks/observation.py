@@ -3,9 +3,10 @@ builds the observation in torch for training and in numpy on the robot (export/r
 
 A term is `(raw - offset) * scale`, plus uniform noise of `noise` (in scaled units) while
 training. Sources are what a real robot can read: named MJCF sensors, the command, the
-last action; `qpos`/`qvel` slices and `data` (a slice of a flattened MjData field the sim
-tracks, `Task.data_fields`, optionally clipped first) exist for privileged terms. The robot
-runner (export/runner.py) refuses `data` terms: no robot measures them.
+last action; `qpos`/`qvel` slices, `data` (a slice of a flattened MjData field the sim
+tracks, `Task.data_fields`, optionally clipped first) and `param` (a slice of a flattened
+per-env model parameter, e.g. the randomized floor friction) exist for privileged terms.
+The robot runner (export/runner.py) refuses `data` and `param` terms: no robot measures them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-SourceKind = Literal["sensor", "qpos", "qvel", "command", "last_action", "data"]
-SOURCE_KINDS: tuple[str, ...] = ("sensor", "qpos", "qvel", "command", "last_action", "data")
+SourceKind = Literal["sensor", "qpos", "qvel", "command", "last_action", "data", "param"]
+SOURCE_KINDS: tuple[str, ...] = ("sensor", "qpos", "qvel", "command", "last_action", "data",
+                                 "param")
+FIELD_KINDS = ("data", "param")  # terms that read a named field: flattened slices of it
 
 
 @dataclass(frozen=True)
@@ -30,18 +33,20 @@ class ObsTerm:
     sensors: tuple[str, ...] = ()
     """for kind='sensor': MJCF sensor names, concatenated in this order"""
     start: int = 0
-    """for kind='qpos'/'qvel'/'data': first index (data: into the flattened field)"""
+    """for kind='qpos'/'qvel'/'data'/'param': first index (data/param: into the flattened
+    field)"""
     stop: int = 0
-    """for kind='qpos'/'qvel'/'data': one past the last index"""
+    """for kind='qpos'/'qvel'/'data'/'param': one past the last index"""
     scale: float = 1.0
     offset: tuple[float, ...] = ()
     """subtracted from the raw values before scaling; empty means 0"""
     noise: float = 0.0
     """half-width of uniform training noise, in scaled units"""
     field: str = ""
-    """for kind='data': the MjData field, e.g. 'cfrc_ext' (flattened per env)"""
+    """for kind='data': the MjData field, e.g. 'cfrc_ext'; for kind='param': the per-env
+    model field, e.g. 'geom_friction' (see sim.RANDOMIZABLE_FIELDS); flattened per env"""
     clip: tuple[float, float] = ()
-    """for kind='data': clamp raw values to [lo, hi] before offset and scale; empty: none"""
+    """for kind='data'/'param': clamp raw values to [lo, hi] before offset and scale"""
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
@@ -49,9 +54,10 @@ class ObsTerm:
                              f"accepted: {', '.join(SOURCE_KINDS)}")
         if self.kind == "sensor" and not self.sensors:
             raise ValueError(f"observation term {self.name!r}: kind='sensor' needs sensor names")
-        if (self.kind == "data") != bool(self.field) or (self.clip and self.kind != "data"):
+        named = self.kind in FIELD_KINDS
+        if named != bool(self.field) or (self.clip and not named):
             raise ValueError(f"observation term {self.name!r}: `field` (and `clip`) go with "
-                             "kind='data' only, and kind='data' needs a field")
+                             "kind='data' or 'param' only, and those need a field")
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,9 @@ class ObsLayout:
             src: dict = {"kind": t.kind}
             if t.kind == "sensor":
                 src["sensors"] = list(t.sensors)
-            elif t.kind in ("qpos", "qvel", "data"):
+            elif t.kind in ("qpos", "qvel", *FIELD_KINDS):
                 src["start"], src["stop"] = t.start, t.stop
-            if t.kind == "data":
+            if t.kind in FIELD_KINDS:
                 src["field"] = t.field
                 if t.clip:
                     src["clip"] = list(t.clip)
@@ -96,7 +102,7 @@ def term_size(term: ObsTerm, sensor_dims: dict[str, int], command_dim: int,
             raise KeyError(f"observation term {term.name!r} names unknown sensors {missing}; "
                            f"the model has: {', '.join(sensor_dims)}")
         return sum(sensor_dims[n] for n in term.sensors)
-    if term.kind in ("qpos", "qvel", "data"):
+    if term.kind in ("qpos", "qvel", *FIELD_KINDS):
         return term.stop - term.start
     return command_dim if term.kind == "command" else action_dim
 
@@ -128,16 +134,21 @@ class ObsPlan:
 
 
 def pool_columns(nsensordata: int, nq: int, nv: int, command_dim: int, action_dim: int = 0,
-                 data_sizes: dict[str, int] | None = None) -> dict[str, int]:
+                 field_sizes: dict[str, int] | None = None) -> dict[str, int]:
     """Where each source starts in the pool [sensordata | qpos | qvel | command | action |
-    data fields, flattened, in `data_sizes` order]; a data field's key is 'data:<name>'."""
+    named fields, flattened, in `field_sizes` order]; a field's key is '<kind>:<name>'
+    (`field_key`), e.g. 'data:cfrc_ext' or 'param:geom_friction'."""
     cols = {"sensor": 0, "qpos": nsensordata, "qvel": nsensordata + nq,
             "command": nsensordata + nq + nv, "last_action": nsensordata + nq + nv + command_dim}
     start = cols["last_action"] + action_dim
-    for name, size in (data_sizes or {}).items():
-        cols[f"data:{name}"] = start
+    for key, size in (field_sizes or {}).items():
+        cols[key] = start
         start += size
     return cols
+
+
+def field_key(term: ObsTerm) -> str:
+    return f"{term.kind}:{term.field}"
 
 
 def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
@@ -150,14 +161,14 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
     hi: list[float] = []
     for slot in layout.slots:
         t = slot.term
-        key = f"data:{t.field}" if t.kind == "data" else t.kind
+        key = field_key(t) if t.kind in FIELD_KINDS else t.kind
         if key not in columns:
             raise KeyError(f"observation term {t.name!r} reads MjData field {t.field!r}, which "
                            "the sim does not track: add it to the task's data_fields")
         base = columns[key]
         if t.kind == "sensor":
             cols = [c for n in t.sensors for c in range(*sensor_ranges[n])]
-        elif t.kind in ("qpos", "qvel", "data"):
+        elif t.kind in ("qpos", "qvel", *FIELD_KINDS):
             cols = [base + i for i in range(t.start, t.stop)]
         else:
             cols = [base + i for i in range(slot.size)]
@@ -175,8 +186,8 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
 
 def source_pool(sensordata: Tensor, qpos: Tensor, qvel: Tensor, command: Tensor,
                 last_action: Tensor, data: tuple[Tensor, ...] = ()) -> Tensor:
-    """[N, ns + nq + nv + C + A (+ data)]: every value an observation term may read; data:
-    the tracked MjData fields [N, *shape], flattened, in `pool_columns` order."""
+    """[N, ns + nq + nv + C + A (+ fields)]: every value an observation term may read; data:
+    the named fields' values [N, *shape], flattened, in `pool_columns` order."""
     extra = [d.flatten(1) for d in data]
     return torch.cat([sensordata, qpos, qvel, command, last_action, *extra], dim=1)
 

@@ -97,7 +97,7 @@ def test_action_affine_and_contract_bits():
     assert env.task.command_ranges() == {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5],
                                          "yaw_rate": [-1.0, 1.0]}
     assert env.obs_dim == 3 + 3 + 12 + 12 + 12 + 3
-    assert env.critic_obs_dim == env.obs_dim + 3 + 1 + 4 + 4
+    assert env.critic_obs_dim == env.obs_dim + 3 + 1 + 4 + 4 + 1  # + floor friction
 
 
 # ------------------------------------------------------------------------- rewards
@@ -377,3 +377,15 @@ def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
         assert out["episode_seconds"] == pytest.approx(out["mean_length"] * 0.02)
         assert 0 < out["episode_seconds"] <= 2.0 and out["energy_per_meter"] > 0
         assert out["energy_per_meter"] == pytest.approx(out["power"] / out["speed"])
+
+
+def test_critic_sees_each_envs_randomized_floor_friction():
+    env = trot.make_env("go1-flat", num_envs=64, seed=3)
+    env.reset()
+    assert env.task._floor == 0  # the term reads geom 0's sliding friction
+    slot = next(s for s in env.critic_layout.slots if s.term.name == "floor_friction")
+    seen = env.obs.critic[:, slot.start]  # [N]
+    mu = env.sim.params("geom_friction")[:, 0, 0]  # [N], drawn per env at reset
+    assert mu.std() > 0.05  # randomized
+    torch.testing.assert_close(seen, (mu - 1.0) * 2.0)
+    assert all(s.term.kind != "param" for s in env.policy_layout.slots)  # privileged only

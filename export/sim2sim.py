@@ -51,7 +51,14 @@ class PlainSim:
         if bool(mask[0]):
             getattr(self.model, field)[:] = values[0].double().numpy()
             if field in mujoco.MjModel._setconst_inputs:  # masses, inertial frames
-                mujoco.mj_setConst(self.model, self.mjdata)
+                # mj_setConst works in the data at qpos0: keep the env's state around it
+                m, d, spec = self.model, self.mjdata, mujoco.mjtState.mjSTATE_INTEGRATION
+                state = np.empty(mujoco.mj_stateSize(m, spec))
+                mujoco.mj_getState(m, d, state, spec)
+                mujoco.mj_setConst(m, d)
+                mujoco.mj_setState(m, d, state, spec)
+                mujoco.mj_forward(m, d)
+                self.refresh()
 
     def kick(self, mask: torch.Tensor, dqvel: torch.Tensor) -> None:
         if bool(mask[0]):

@@ -389,3 +389,22 @@ def test_critic_sees_each_envs_randomized_floor_friction():
     assert mu.std() > 0.05  # randomized
     torch.testing.assert_close(seen, (mu - 1.0) * 2.0)
     assert all(s.term.kind != "param" for s in env.policy_layout.slots)  # privileged only
+
+
+def test_sim2sim_randomization_keeps_the_state():
+    """PlainSim.set_params on a mass field (mj_setConst) must not move the robot."""
+    from trot.export.sim2sim import PlainSim
+
+    env = trot.make_env("go1-flat", num_envs=1)
+    m = env.sim.model
+    d = mujoco.MjData(m)
+    d.qpos[:] = np.arange(m.nq) * 0.01 + 0.3
+    d.qvel[:] = 0.5
+    mujoco.mj_forward(m, d)
+    q, v = d.qpos.copy(), d.qvel.copy()
+    sim = PlainSim(m, d, 4)
+    mass = torch.tensor(m.body_mass, dtype=torch.float32)[None] * 1.1
+    sim.set_params("body_mass", torch.ones(1, dtype=torch.bool), mass)
+    np.testing.assert_array_equal(d.qpos, q)
+    np.testing.assert_array_equal(d.qvel, v)
+    np.testing.assert_allclose(m.body_mass, mass[0].double().numpy(), rtol=1e-6)

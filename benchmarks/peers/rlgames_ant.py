@@ -32,41 +32,13 @@ episodes finished since the previous row; empty when none), steps_per_s. torch r
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-COLUMNS = ("wall_s", "env_steps", "mean_return", "mean_length", "episodes", "steps_per_s")
-
-
-class CsvLog:
-    """Rows of COLUMNS; mean_return over the episodes finished since the previous row."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "w", newline="")  # noqa: SIM115 (open for the run)
-        self.w = csv.writer(self.f)
-        self.w.writerow(COLUMNS)
-        self.f.flush()
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.last_wall, self.last_steps = 0.0, 0
-
-    def row(self, wall_s: float, env_steps: int) -> None:
-        n = len(self.returns)
-        mean = f"{sum(self.returns) / n:.2f}" if n else ""
-        length = f"{sum(self.lengths) / n:.1f}" if n else ""
-        rate = (env_steps - self.last_steps) / max(wall_s - self.last_wall, 1e-9)
-        self.w.writerow([f"{wall_s:.2f}", env_steps, mean, length, n, f"{rate:.1f}"])
-        self.f.flush()
-        print(f"[rl_games] {wall_s:7.1f} s  {env_steps:>9,d} steps  {rate:7.0f} steps/s  "
-              f"return {mean or '-':>9} length {length or '-':>6} ({n} episodes)", flush=True)
-        self.returns.clear()
-        self.lengths.clear()
-        self.last_wall, self.last_steps = wall_s, env_steps
+from csvlog import CsvLog  # this folder: the scripts run from here
 
 
 def make_vec_env(log: CsvLog, num_actors: int, backend: str, seed: int, cfrc: bool,
@@ -184,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(a.seed)  # rl_games seeds only a truthy seed: 0 would go unseeded
     np.random.seed(a.seed)
-    log = CsvLog(a.out)
+    log = CsvLog(a.out, "rl_games")
     vecenv.register("TROT_ANT_PEER", lambda name, n, **kw: make_vec_env(
         log, n, a.backend, a.seed, a.cfrc, a.env_threads))
     env_configurations.register("trot_ant_peer", {"vecenv_type": "TROT_ANT_PEER",

@@ -23,38 +23,10 @@ single-threaded in this process anyway.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
-COLUMNS = ("wall_s", "env_steps", "mean_return", "mean_length", "episodes", "steps_per_s")
-
-
-class CsvLog:
-    """Rows of COLUMNS; mean_return over the episodes finished since the previous row."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "w", newline="")  # noqa: SIM115 (open for the run)
-        self.w = csv.writer(self.f)
-        self.w.writerow(COLUMNS)
-        self.f.flush()
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.last_wall, self.last_steps = 0.0, 0
-
-    def row(self, wall_s: float, env_steps: int) -> None:
-        n = len(self.returns)
-        mean = f"{sum(self.returns) / n:.2f}" if n else ""
-        length = f"{sum(self.lengths) / n:.1f}" if n else ""
-        rate = (env_steps - self.last_steps) / max(wall_s - self.last_wall, 1e-9)
-        self.w.writerow([f"{wall_s:.2f}", env_steps, mean, length, n, f"{rate:.1f}"])
-        self.f.flush()
-        print(f"[sb3] {wall_s:7.1f} s  {env_steps:>9,d} steps  {rate:7.0f} steps/s  "
-              f"return {mean or '-':>9} length {length or '-':>6} ({n} episodes)", flush=True)
-        self.returns.clear()
-        self.lengths.clear()
-        self.last_wall, self.last_steps = wall_s, env_steps
+from csvlog import CsvLog  # this folder: the scripts run from here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3.common.vec_env import VecNormalize
 
     torch.set_num_threads(a.torch_threads)
-    log = CsvLog(a.out)
+    log = CsvLog(a.out, "sb3")
     env = make_vec_env("Ant-v5", n_envs=a.n_envs, seed=a.seed,  # Monitor wraps each env
                        env_kwargs={"include_cfrc_ext_in_observation": a.cfrc})
     env = VecNormalize(env, gamma=0.99)  # RL Zoo `normalize: true`: obs + reward, clip 10

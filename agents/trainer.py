@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import signal
 import time
 from collections import deque
@@ -37,8 +38,6 @@ class TrainingDiverged(RuntimeError):
 class Trainer:
     def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS):
         cfg.validate()
-        if cfg.torch_threads > 0:
-            torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
         self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
@@ -90,7 +89,9 @@ class Trainer:
     def iterate(self) -> dict[str, float]:
         """One iteration; returns plain floats after the iteration's single host sync."""
         snapshot = self._snapshot()
+        set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores while stepping
         ro = self.collect()
+        set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
         batch = self.algo.prepare(ro)
         behaviour = self.behaviour_actor
         stats = self.algo.update(batch, self.gen,
@@ -207,6 +208,15 @@ class Trainer:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)
         return run_dir
+
+
+def set_threads(n: int) -> None:
+    """torch's CPU threads: n, or with 0 every core this process may run on (its affinity,
+    which distributed ranks narrow to their share)."""
+    if n <= 0:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -64,6 +64,7 @@ def test_unknown_command_and_task_fail_clearly(capsys):
     (["--num-envs", "64", "--agent.rollout-steps", "8", "--agent.minibatches", "7"],
      "512 does not divide into 7 minibatches"),
     (["--algo", "foo"], "foo"),
+    (["--update-threads", "-2"], "update_threads must be >= 0"),
 ])
 def test_bad_train_arguments_fail_before_any_env_is_built(tmp_path, monkeypatch, capsys,
                                                           args, message):

@@ -45,7 +45,11 @@ class TrainConfig:
     stagger_start: bool = True
     """start each env's episode clock at a random step, so time-limit resets spread out"""
     torch_threads: int = 1
-    """CPU threads for torch ops (0: torch's default). 1 avoids fighting MuJoCo's threads"""
+    """CPU threads for torch ops while the envs step (0: every core this process may use);
+    1 leaves the cores to MuJoCo's threads"""
+    update_threads: int = 0
+    """CPU threads for the learner's update (0: every core this process may use): the
+    simulation is idle then, so the update's matrix products get the cores"""
     actor_lag: int = 0
     """actors act with the parameters of K updates ago, kept as snapshots on the device
     (stale-actor experiments; see agent.off_policy for how the learner corrects)"""
@@ -76,6 +80,9 @@ class TrainConfig:
         if self.nproc < 1 or self.dist_timeout <= 0:
             raise ValueError(f"nproc must be >= 1 and dist_timeout > 0, got {self.nproc}, "
                              f"{self.dist_timeout}")
+        if self.torch_threads < 0 or self.update_threads < 0:
+            raise ValueError("torch_threads and update_threads must be >= 0 (0: all cores), got "
+                             f"{self.torch_threads}, {self.update_threads}")
         if self.actor_lag < 0:
             raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
         self.agent_effective.validate(self.num_envs)

@@ -45,21 +45,35 @@ class RunLogger:
                                 if r.get("episode_return")]
 
     def log(self, m: dict[str, float]) -> None:
-        if self.columns is None:
-            extra = sorted(k for k in m if k not in CORE_COLUMNS)
-            self.columns = list(CORE_COLUMNS) + extra
-            with open(self.csv_path, "w", newline="") as f:
-                csv.writer(f).writerow(self.columns)
+        new = sorted(k for k in m if k not in (self.columns or CORE_COLUMNS))
+        if self.columns is None or new:  # first row, or metrics that appear later (reward
+            self._widen(new)             # terms once the first episode has ended)
         with open(self.csv_path, "a", newline="") as f:
             csv.writer(f).writerow([_cell(m.get(c)) for c in self.columns])
         if self.tb is not None:
             for k, v in m.items():
                 if k not in ("iteration", "env_steps") and v is not None:
                     self.tb.add_scalar(k, v, int(m["env_steps"]))
-        if "episode_return" in m:
+        if m.get("episode_return") is not None:
             self.history.append((m["env_steps"], m["wall_s"], m["episode_return"]))
         if time.monotonic() - self._last_curve > self.curve_every_s:
             self.draw_curve()
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite metrics.csv with `new` columns appended (earlier rows leave them empty)."""
+        rows: list[dict[str, str]] = []
+        if self.columns is not None and self.csv_path.exists():
+            with open(self.csv_path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        self.columns = (self.columns or list(CORE_COLUMNS)) + new
+
+        def write(path: Path) -> None:
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=self.columns)
+                w.writeheader()
+                w.writerows(rows)
+
+        atomic_write(self.csv_path, write)
 
     def draw_curve(self) -> None:
         self._last_curve = time.monotonic()

@@ -3,6 +3,7 @@ writes, the NaN-update guard, and a short learning run on cartpole-balance."""
 
 from __future__ import annotations
 
+import csv
 import copy
 import dataclasses
 import math
@@ -281,3 +282,20 @@ def test_ppo_learns_cartpole_balance(tmp_path):
     last = sum(returns[-8:]) / 8
     assert last > 3 * first and last > 100, (first, last, returns)
     assert elapsed < 60, elapsed
+
+
+def test_metrics_csv_gains_columns_that_appear_later(tmp_path):
+    """Reward terms appear in the metrics once the first episode ends; the CSV keeps them."""
+    from trot.agents.logger import RunLogger
+
+    log = RunLogger(tmp_path, tensorboard=False, curve_every_s=1e9)
+    base = {"iteration": 1, "env_steps": 100, "wall_s": 1.0, "steps_per_s": 100.0}
+    log.log(base)
+    log.log(base | {"iteration": 2, "episode_return": 5.0, "reward/lin_vel": 0.25})
+    log.log(base | {"iteration": 3})
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["iteration"] for r in rows] == ["1", "2", "3"]
+    assert [r["reward/lin_vel"] for r in rows] == ["", "0.25", ""]
+    assert float(rows[1]["episode_return"]) == 5.0
+    log.close()

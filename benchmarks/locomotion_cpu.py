@@ -11,7 +11,7 @@ training wall-clock, env steps, training return, mean linear-velocity tracking e
 (m/s), yaw-rate error (rad/s), fall rate, mean episode length (s) and energy per meter.
 At the end it prints the first time both acceptance thresholds held
 (tracking error <= 0.20 m/s and fall rate <= 2%) and leaves the run in `--run-dir`
-(checkpoint, config, policy.onnx) for `trot eval` / `trot sim2sim`.
+(checkpoint, config, metrics.csv, policy.onnx) for `trot eval` / `trot sim2sim`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from trot.agents.evaluate import run_episodes
+from trot.agents.logger import RunLogger
 from trot.agents.trainer import build
 from trot.config import TrainConfig, save_json
 from trot.tasks.registry import get_task, make_env
@@ -62,6 +63,9 @@ def main() -> None:
     eval_env = make_env(TASK, a.episodes, seed=10_000 + a.seed,
                         config=dataclasses.replace(entry.config, obs_noise=False))
     dt = eval_env.control_dt
+    # metrics.csv with per-term reward sums; curve.png redrawn rarely (it costs train time)
+    logger = RunLogger(run_dir, tensorboard=False, curve_every_s=600.0)
+    prev = (0.0, 0)
     rows: list[dict[str, float]] = []
     train_s, hit, last_return = 0.0, None, float("nan")
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
@@ -70,6 +74,10 @@ def main() -> None:
         while time.perf_counter() - t0 < 60 * a.eval_every_min and \
                 train_s + time.perf_counter() - t0 < 60 * a.budget_min:
             m = trainer.iterate()
+            now = train_s + time.perf_counter() - t0
+            logger.log(m | {"wall_s": now, "steps_per_s": (trainer.env_steps - prev[1])
+                            / max(now - prev[0], 1e-9)})
+            prev = (now, trainer.env_steps)
             last_return = m.get("episode_return", last_return)
         train_s += time.perf_counter() - t0
         row = {"train_s": train_s, "env_steps": trainer.env_steps,
@@ -81,6 +89,7 @@ def main() -> None:
             hit = train_s
         trainer.wall_s = train_s
         trainer.save(run_dir)
+    logger.close()
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()

@@ -104,6 +104,9 @@ class Go1FlatConfig(TaskConfig):
     """normal force (N) above which a touch sensor counts as contact"""
     only_positive_rewards: bool = True
     """clip the total at 0 per step (legged_gym's default): penalties never make living bad"""
+    w_termination: float = -2.0
+    """added once, after the clip, on the step an episode ends by a fall (not per second):
+    with the clip, a fall would otherwise cost only the rewards it forfeits, near 0 early on"""
 
     # -- termination
     max_gravity_z: float = -0.5
@@ -127,7 +130,7 @@ class Go1FlatConfig(TaskConfig):
     """per-motor factor on the velocity gain"""
     push: bool = True
     """kick the base at random intervals"""
-    push_interval_seconds: tuple[float, float] = (5.0, 10.0)
+    push_interval_seconds: tuple[float, float] = (10.0, 15.0)
     """time between kicks ~ U(lo, hi) s, per env"""
     push_velocity: float = 1.0
     """a kick adds U(-x, x) m/s to each of the base's world x and y velocities"""
@@ -352,12 +355,14 @@ class Go1Flat(Task[Go1FlatConfig]):
         return self.action_offset + self.action_scale * action
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """Weighted terms x control dt, summed (clipped at 0 with only_positive_rewards)."""
+        """Weighted terms x control dt, summed (clipped at 0 with only_positive_rewards), plus
+        the one-off termination penalty on a fall."""
         terms = {k: (w * self.dt) * v for k, (w, v) in self.reward_terms(sim, action).items()}
         total = torch.stack(list(terms.values())).sum(0)
         if self.config.only_positive_rewards:
             total = total.clamp(min=0.0)
-        return total, terms
+        terms["termination"] = self.config.w_termination * self.terminated(sim).float()
+        return total + terms["termination"], terms
 
     def reward_terms(self, sim: BatchedSim, action: Tensor) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight per second, unweighted value [N]). A variant adds a term with

@@ -86,8 +86,12 @@ def test_contact_sensors_and_termination():
     assert sim.sensor("trunk_contact")[0, 0] > 10 and sim.sensor("trunk_contact")[1, 0] == 0
     assert (thighs[1] > 1).all() and (thighs[0] == 0).all()
     assert env.task.terminated(sim).tolist() == [True, False]
-    _, terms = _last_terms(env)
+    total, terms = _last_terms(env)
     assert terms["undesired_contacts"][1] == pytest.approx(-1.0 * 4 * env.control_dt)
+    # the fall costs w_termination once (not x dt), outside the clip at 0
+    w = env.task.config.w_termination
+    assert terms["termination"].tolist() == [w, 0.0]
+    assert w <= total[0] <= w + 1.5 * env.control_dt and total[1] >= 0  # clip + penalty
 
 
 def test_action_affine_and_contract_bits():
@@ -144,6 +148,7 @@ def test_env_terms_are_weight_times_dt_times_term():
     assert torch.allclose(terms["torques"], c.w_torques * dt * tau.square().sum(1))
     assert torch.allclose(terms["orientation"], c.w_orientation * dt * up[:, :2].square().sum(1))
     assert (terms["torques"] < 0).all()
+    assert (terms.pop("termination") == 0).all()  # standing: no fall
     assert torch.allclose(total, torch.stack(list(terms.values())).sum(0).clamp(min=0))
 
 

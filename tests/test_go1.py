@@ -97,7 +97,7 @@ def test_contact_sensors_and_termination():
 def test_action_affine_and_contract_bits():
     env = make(2)
     scale, offset = env.task.action_affine(env.sim.model)
-    assert scale == [0.25] * 12 and offset == pytest.approx(HOME)
+    assert scale == [0.5] * 12 and offset == pytest.approx(HOME)
     assert env.task.command_ranges() == {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5],
                                          "yaw_rate": [-1.0, 1.0]}
     assert env.obs_dim == 3 + 3 + 12 + 12 + 12 + 3

@@ -214,7 +214,8 @@ def set_threads(n: int) -> None:
     """torch's CPU threads: n, or with 0 every core this process may run on (its affinity,
     which distributed ranks narrow to their share)."""
     if n <= 0:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        n = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
 

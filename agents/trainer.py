@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 import trot
-from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
+                                   save_checkpoint)
 from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
@@ -47,6 +48,7 @@ class Trainer:
         if comm.distributed:  # but each rank samples its own action noise
             torch.manual_seed(rank_seed(cfg.seed, comm.rank))
         self.algo = PPO(self.ac, a, dev, comm)
+        self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                         env.critic_obs_dim, env.action_dim, dev)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
@@ -88,7 +90,7 @@ class Trainer:
 
     def iterate(self) -> dict[str, float]:
         """One iteration; returns plain floats after the iteration's single host sync."""
-        snapshot = self._snapshot()
+        self.rollback.save()
         set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores while stepping
         ro = self.collect()
         set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
@@ -107,7 +109,7 @@ class Trainer:
         m = dict(zip(names, values))
         self.iteration += 1
         if m.pop("finite") < 1.0:  # NaN/Inf reached the weights: undo this update
-            self._restore(snapshot)
+            self.rollback.restore()
             self.nan_updates += 1
             self._consecutive_nan += 1
             if self._consecutive_nan >= MAX_CONSECUTIVE_NAN:
@@ -124,13 +126,6 @@ class Trainer:
         m.update(iteration=self.iteration, env_steps=self.env_steps,
                  nan_updates=self.nan_updates)
         return m
-
-    def _snapshot(self) -> dict:
-        return copy.deepcopy({"model": self.ac.state_dict(), "algo": self.algo.state_dict()})
-
-    def _restore(self, snap: dict) -> None:
-        self.ac.load_state_dict(snap["model"])
-        self.algo.load_state_dict(snap["algo"])
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict | None:

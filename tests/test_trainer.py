@@ -264,6 +264,17 @@ def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
     assert math.isfinite(resumed.iterate()["loss/value"])
 
 
+def test_nan_first_update_also_drops_the_optimizer_state_it_created(tmp_path):
+    trainer, _ = _new_run(_cfg(tmp_path))
+    before = copy.deepcopy(trainer.ac.state_dict())
+    trainer.algo.lr.fill_(float("nan"))
+    assert trainer.iterate()["nan_updates"] == 1
+    _assert_same(trainer.ac.state_dict(), before, "model")
+    assert not trainer.algo.optimizer.state  # Adam starts afresh, not from NaN moments
+    trainer.algo.lr.fill_(1e-3)
+    assert trainer.iterate()["nan_updates"] == 1 and _all_finite(trainer.ac.state_dict())
+
+
 # ---------------------------------------------------------------------- learning
 def test_ppo_learns_cartpole_balance(tmp_path):
     """~12 s here (2 cores); budget 60 s."""

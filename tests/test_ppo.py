@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trot.agents.config import PPOConfig
-from trot.agents.networks import ActorCritic
+from trot.agents.networks import ActorCritic, Linear
 from trot.agents.ppo import PPO, adapt_lr, surrogate_loss, value_loss
 from trot.agents.storage import Batch
 from trot.config import TrainConfig
@@ -252,3 +252,22 @@ def test_validate_accepts_defaults():
     PPOConfig().validate(1024)
     TrainConfig().validate()
     TrainConfig(algo="a2c").validate()
+
+
+@pytest.mark.parametrize("in_features", [5, 48])  # the narrow-input path, and nn.Linear's
+def test_linear_gradients_match_plain_linear(in_features):
+    torch.manual_seed(0)
+    ours = Linear(in_features, 64)
+    ref = torch.nn.Linear(in_features, 64)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(300, in_features, dtype=torch.float64)
+    ours, ref = ours.double(), ref.double()
+    grads = []
+    for layer in (ours, ref):
+        xi = x.clone().requires_grad_(True)
+        (layer(xi).sin().sum()).backward()
+        grads.append((xi.grad, layer.weight.grad, layer.bias.grad))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():  # inference and export: the plain graph, same numbers
+        torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=0)

@@ -3,6 +3,8 @@ that the exported policy carries it; the critic's output layer is PopArt-normali
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -70,6 +72,16 @@ class Actor(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]
         return self.mean(self.torso(self.normalizer(obs)))
+
+    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Actions [B, A] = mean + std * eps, their log-probs [B] and the means [B, A]. The
+        log-prob comes from eps directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2, a
+        few ops fewer per control step than torch.distributions.Normal."""
+        mean = self(obs)
+        eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device)
+        action = torch.addcmul(mean, eps, self.log_std.exp())
+        const = self.log_std.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
+        return action, eps.square().sum(-1).mul_(-0.5).sub_(const), mean
 
     def dist(self, obs: Tensor) -> torch.distributions.Normal:
         mean = self(obs)

@@ -80,9 +80,7 @@ class PPO:
             ) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions [N, A]; return them with log-probs [N] and the means [N, A].
         `actor`: the behaviour actor (a lagged snapshot); default the learner's own."""
-        dist = (self.ac.actor if actor is None else actor).dist(obs)
-        action = dist.sample()
-        return action, dist.log_prob(action).sum(-1), dist.loc
+        return (self.ac.actor if actor is None else actor).sample(obs)
 
     @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:

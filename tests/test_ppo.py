@@ -5,6 +5,7 @@ validation."""
 from __future__ import annotations
 
 import copy
+import math
 import dataclasses
 
 import pytest
@@ -271,3 +272,18 @@ def test_linear_gradients_match_plain_linear(in_features):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     with torch.no_grad():  # inference and export: the plain graph, same numbers
         torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=0)
+
+
+def test_sampled_log_probs_are_the_gaussian_log_density():
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(PPOConfig(), init_log_std=-0.3)
+    ac = ActorCritic(7, 7, 3, cfg)
+    with torch.no_grad():
+        ac.actor.log_std.copy_(torch.tensor([-0.5, 0.0, 0.4]))
+        action, log_prob, mean = ac.actor.sample(torch.randn(500, 7))
+        dist = ac.actor.dist(torch.zeros(1, 7))  # only for its std
+    std = dist.scale[0].double()
+    z = (action.double() - mean.double()) / std
+    want = (-0.5 * z.square() - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+    torch.testing.assert_close(log_prob.double(), want, rtol=1e-5, atol=1e-5)
+    assert 0.8 < z.std().item() < 1.2  # the noise has the policy's std

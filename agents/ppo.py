@@ -104,8 +104,9 @@ class PPO:
         if self.cfg.advantage_norm == "batch":
             adv = normalize_advantages(adv, self.comm)
         flat = lambda x: x.flatten(0, 1)
-        return Batch(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions), flat(ro.log_probs),
-                     flat(ro.action_mean), flat(adv), flat(ret), flat(ro.values))
+        return Batch.packed(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions),
+                            flat(ro.log_probs), flat(ro.action_mean), flat(adv), flat(ret),
+                            flat(ro.values))
 
     def update(self, batch: Batch, gen: torch.Generator,
                behaviour_log_std: Tensor | None = None) -> dict[str, Tensor]:

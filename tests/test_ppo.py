@@ -287,3 +287,15 @@ def test_sampled_log_probs_are_the_gaussian_log_density():
     want = (-0.5 * z.square() - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
     torch.testing.assert_close(log_prob.double(), want, rtol=1e-5, atol=1e-5)
     assert 0.8 < z.std().item() < 1.2  # the noise has the policy's std
+
+
+def test_packed_batch_gathers_and_slices_like_its_fields():
+    g = torch.Generator().manual_seed(0)
+    parts = [torch.randn(40, *s, generator=g) for s in ((6,), (9,), (2,), (), (2,), (), (), ())]
+    b = Batch.packed(*parts)
+    idx = torch.randperm(40, generator=g)
+    for got, part in zip(b[idx].fields(), parts):
+        assert torch.equal(got, part[idx])
+    for got, part in zip(b[idx][5:17].fields(), parts):
+        assert torch.equal(got, part[idx][5:17])
+    assert len(b[idx][5:17]) == 12

@@ -108,10 +108,10 @@ class BatchedSim(Protocol):
 MAX_STATE_VALUE = 1e10
 
 
-def diverged(qpos: Tensor, qvel: Tensor) -> Tensor:
-    """[N] bool: any NaN/Inf, or any |value| > MAX_STATE_VALUE, in an env's qpos or qvel."""
-    ok = (qpos.abs() <= MAX_STATE_VALUE).all(dim=1) & (qvel.abs() <= MAX_STATE_VALUE).all(dim=1)
-    return ~ok
+def diverged(state: Tensor) -> Tensor:
+    """[N, D] -> [N] bool: any NaN/Inf, or any |value| > MAX_STATE_VALUE, in an env's row
+    (its qpos and qvel side by side)."""
+    return ~(state.abs() <= MAX_STATE_VALUE).all(dim=1)
 
 
 def check_field(model: mujoco.MjModel, field: str) -> tuple[int, ...]:

@@ -73,12 +73,18 @@ class CpuSim:
         self._fresh_row = self._b.state[0].copy()  # time 0, qpos0, zero vel/act/warmstart
 
         # live float64 arrays over the state rows / outputs, and their torch views
-        self._qpos64 = _view(self._b.bind("qpos"))  # [N, nq]
-        self._qvel64 = _view(self._b.bind("qvel"))  # [N, nv]
+        nq, nv = model.nq, model.nv
+        self._qpos_np, self._qvel_np = self._b.bind("qpos"), self._b.bind("qvel")
+        # qpos and qvel are adjacent in each state row (mjSTATE_INTEGRATION order): one
+        # [N, nq + nv] float64 block, so one copy and one divergence check serve both
+        state = self._b.state
+        col = (self._qpos_np.ctypes.data - state.ctypes.data) // state.itemsize
+        assert self._qvel_np.ctypes.data == self._qpos_np.ctypes.data + state.itemsize * nq
+        self._qq64 = _view(state[:, col:col + nq + nv])
         self._ctrl64 = _view(self._b.bind("ctrl"))  # [N, nu]
         self._sens64 = _view(self._b.bind("sensordata"))  # [N, ns], read-only output
-        self.qpos = torch.zeros(n, model.nq)
-        self.qvel = torch.zeros(n, model.nv)
+        self._qq = torch.zeros(n, nq + nv)  # float32 [qpos | qvel]
+        self.qpos, self.qvel = self._qq[:, :nq], self._qq[:, nq:]
         self.sensordata = torch.zeros(n, model.nsensordata)
         self.unstable = torch.zeros(n, dtype=torch.bool)
         self._scratch = mujoco.MjData(model) if rne else None
@@ -135,14 +141,20 @@ class CpuSim:
             failed[e.ids] = True
         self._rne_post(np.arange(self.num_envs))
         self._refresh()
-        self.unstable.copy_(diverged(self.qpos, self.qvel) | torch.from_numpy(failed))
+        self.unstable.copy_(diverged(self._qq) | torch.from_numpy(failed))
 
     def _refresh(self) -> None:
-        self.qpos.copy_(self._qpos64)
-        self.qvel.copy_(self._qvel64)
+        self._qq.copy_(self._qq64)
         self.sensordata.copy_(self._sens64)
         for f, t in self._data32.items():
             t.copy_(_view(self._data64[f]))
+
+    def _refresh_rows(self, ids: np.ndarray) -> None:
+        """_refresh for a few envs: numpy row copies (cheaper than torch fancy indexing)."""
+        self._qq.numpy()[ids] = self._qq64.numpy()[ids]
+        self.sensordata.numpy()[ids] = self._sens64.numpy()[ids]
+        for f, t in self._data32.items():
+            t.numpy()[ids] = self._data64[f][ids]
 
     # ------------------------------------------------------------------ resets
     def reset(self, mask: Tensor, qpos: Tensor, qvel: Tensor) -> None:
@@ -152,18 +164,18 @@ class CpuSim:
         # model defaults (time 0, zero act, ctrl and warmstart), then the requested state;
         # numpy fancy indexing on the host arrays is several times cheaper than torch's
         self._b.state[ids] = self._fresh_row
-        self._b.bind("qpos")[ids] = qpos.numpy()[ids]
-        self._b.bind("qvel")[ids] = qvel.numpy()[ids]
+        self._qpos_np[ids] = qpos.numpy()[ids]
+        self._qvel_np[ids] = qvel.numpy()[ids]
         self._b.forward(ids)  # so sensors describe the reset state
         self._rne_post(ids)
         self.unstable.numpy()[ids] = False
-        self._refresh()
+        self._refresh_rows(ids)
 
     def kick(self, mask: Tensor, dqvel: Tensor) -> None:
         ids = np.flatnonzero(mask.numpy())
         if ids.size:
-            self._b.bind("qvel")[ids] += dqvel.numpy()[ids]
-            self.qvel.copy_(self._qvel64)
+            self._qvel_np[ids] += dqvel.numpy()[ids]
+            self._refresh_rows(ids)
 
     # ------------------------------------------------------------------ randomization
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
@@ -208,8 +220,7 @@ class CpuSim:
         self._b.state[...] = state["state"].numpy()
         self._b.forward()  # derived fields of the restored rows ...
         self._rne_post(np.arange(self.num_envs))
-        self.qpos.copy_(self._qpos64)
-        self.qvel.copy_(self._qvel64)
+        self._qq.copy_(self._qq64)
         self.sensordata.copy_(state["sensordata"])  # ... but sensors as they were saved
         for f, t in self._data32.items():  # ... and tracked fields, where saved
             saved = state.get(f"data/{f}")

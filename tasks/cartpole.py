@@ -63,13 +63,18 @@ class Cartpole(Task[CartpoleConfig]):
             ObsTerm("pole_vel", "sensor", ("pole_vel",), scale=0.2),
         )
 
+    def bind(self, sim: BatchedSim) -> None:
+        # start box of [cart, angle, cart vel, angle vel]: lower corner and width
+        c = self.config
+        half = torch.tensor([c.init_noise, c.init_angle, c.init_noise, c.init_noise])
+        center = torch.tensor([0.0, math.pi if c.swingup else 0.0, 0.0, 0.0])
+        self._start_low = (center - half).to(sim.device)
+        self._start_width = (2 * half).to(sim.device)
+
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        c, n, dev = self.config, sim.num_envs, sim.device
-        u = lambda *s: 2.0 * torch.rand(*s, generator=gen, device=dev) - 1.0  # noqa: E731
-        qpos = u(n, 2) * torch.tensor([c.init_noise, c.init_angle], device=dev)
-        if c.swingup:
-            qpos[:, 1] += math.pi
-        return qpos, u(n, 2) * c.init_noise
+        u = torch.rand(sim.num_envs, 4, generator=gen, device=sim.device)  # [N, 4]
+        x = torch.addcmul(self._start_low, u, self._start_width)  # uniform in the box
+        return x[:, :2], x[:, 2:]
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         if not self.config.swingup:

@@ -20,14 +20,11 @@ from trot.tasks.observation import (FIELD_KINDS, build_obs, compile_layout, fiel
 
 @dataclass
 class EpisodeStats:
-    """Device-side accumulators of finished episodes, drained once per iteration."""
+    """Device-side accumulators of finished episodes, drained once per iteration.
+    Columns of `running` and `sums`: return, length, then one per reward term."""
 
-    running_return: Tensor  # [N]
-    running_length: Tensor  # [N]
-    running_terms: Tensor  # [N, K] per reward term
-    return_sum: Tensor  # [] over finished episodes
-    length_sum: Tensor  # []
-    terms_sum: Tensor  # [K]
+    running: Tensor  # [N, 2 + K] of the episodes in progress
+    sums: Tensor  # [2 + K] over finished episodes
     episodes: Tensor  # []
     unstable: Tensor  # [] count of envs the NaN guard reset
     counted: Tensor  # [N] bool: this env's episode started at step 0 (not a staggered start)
@@ -35,35 +32,27 @@ class EpisodeStats:
     @classmethod
     def zeros(cls, n: int, k: int, device: torch.device) -> "EpisodeStats":
         z = lambda *s: torch.zeros(*s, device=device)  # noqa: E731
-        return cls(z(n), z(n), z(n, k), z(()), z(()), z(k), z(()), z(()),
+        return cls(z(n, 2 + k), z(2 + k), z(()), z(()),
                    torch.ones(n, dtype=torch.bool, device=device))
 
     def record(self, reward: Tensor, terms: Tensor, done: Tensor, unstable: Tensor) -> None:
-        self.running_return += reward
-        self.running_length += 1
-        self.running_terms += terms
+        ones = torch.ones_like(reward)
+        self.running += torch.cat([reward[:, None], ones[:, None], terms], dim=1)
         d = (done & self.counted).float()  # a staggered first episode is partial: skip it
         self.counted |= done
-        self.return_sum += (self.running_return * d).sum()
-        self.length_sum += (self.running_length * d).sum()
-        self.terms_sum += (self.running_terms * d[:, None]).sum(0)
+        self.sums += d @ self.running  # [2 + K]
         self.episodes += d.sum()
-        self.unstable += unstable.float().sum()
-        keep = 1.0 - done.float()
-        self.running_return *= keep
-        self.running_length *= keep
-        self.running_terms *= keep[:, None]
+        self.unstable += unstable.sum()
+        self.running *= (~done)[:, None]
 
     def pop(self, term_names: tuple[str, ...]) -> tuple[list[str], Tensor]:
         """Means over the episodes finished since the last pop, as one device vector (no
         host sync), and zero the accumulators. Means read 0 when no episode finished."""
-        n = self.episodes.clamp(min=1.0)
         names = ["episodes", "unstable_envs", "episode_return", "episode_length"]
         names += [f"reward/{k}" for k in term_names]
-        vals = torch.cat([torch.stack([self.episodes, self.unstable, self.return_sum / n,
-                                       self.length_sum / n]), self.terms_sum / n])
-        for t in (self.return_sum, self.length_sum, self.terms_sum, self.episodes,
-                  self.unstable):
+        vals = torch.cat([torch.stack([self.episodes, self.unstable]),
+                          self.sums / self.episodes.clamp(min=1.0)])
+        for t in (self.sums, self.episodes, self.unstable):
             t.zero_()
         return names, vals
 
@@ -92,6 +81,7 @@ class Env:
         task.bind(sim)
         n, dev = self.num_envs, self.device
         self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._no_envs = torch.zeros(n, dtype=torch.bool, device=dev)
         self.last_action = torch.zeros(n, self.action_dim, device=dev)
         dims = {k: s.size for k, s in sensor_slices(sim.model).items()}
         cdim = task.command_dim
@@ -190,9 +180,11 @@ class Env:
             counted = self.stats.counted
             self.stats = EpisodeStats.zeros(self.num_envs, len(terms), self.device)
             self.stats.counted = counted
-        stacked = (torch.stack([terms[k] for k in self.reward_terms], dim=-1) if terms
-                   else self.stats.running_terms)
-        stacked = torch.where(unstable[:, None], 0.0, torch.nan_to_num(stacked))
+        if terms:
+            stacked = torch.stack([terms[k] for k in self.reward_terms], dim=-1)  # [N, K]
+            stacked = torch.where(unstable[:, None], 0.0, torch.nan_to_num(stacked))
+        else:
+            stacked = self.stats.running[:, 2:]  # [N, 0]
         self.stats.record(reward, stacked, done, unstable)
 
     def _checked(self, action: Tensor) -> tuple[Tensor, Tensor]:
@@ -209,11 +201,14 @@ class Env:
             raise TypeError(f"action must be float32, got {action.dtype}")
         if action.device != self.device:
             raise ValueError(f"action is on {action.device}; this env runs on {self.device}")
+        if self.device.type == "cpu":  # a host check is free here: refuse bad actions
+            if not bool(torch.isfinite(action).all()):
+                bad = (~torch.isfinite(action).all(dim=-1)).nonzero().flatten().tolist()
+                raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions "
+                                 "must be finite values in [-1, 1]")
+            return action.clamp(-1.0, 1.0), self._no_envs
+        # on an accelerator, no host sync: such envs get action 0 and count as unstable
         finite = torch.isfinite(action).all(dim=-1)  # [N]
-        if self.device.type == "cpu" and not bool(finite.all()):  # free on the host
-            bad = (~finite).nonzero().flatten().tolist()
-            raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions must be "
-                             "finite values in [-1, 1]")
         action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
         return action, ~finite
 
@@ -225,8 +220,7 @@ class Env:
             "episode_step": self.episode_step.clone(),
             "last_action": self.last_action.clone(),
             "gen": self.gen.get_state(),
-            "running": [self.stats.running_return.clone(), self.stats.running_length.clone(),
-                        self.stats.running_terms.clone(), self.stats.counted.clone()],
+            "running": [self.stats.running.clone(), self.stats.counted.clone()],
             "reward_terms": list(self.reward_terms),
             "obs": None if self.obs is None else (self.obs.policy.clone(), self.obs.critic.clone()),
         }
@@ -239,7 +233,10 @@ class Env:
         self.gen.set_state(state["gen"])
         self.reward_terms = tuple(state["reward_terms"])
         self.stats = EpisodeStats.zeros(self.num_envs, len(self.reward_terms), self.device)
-        for dst, src in zip((self.stats.running_return, self.stats.running_length,
-                             self.stats.running_terms, self.stats.counted), state["running"]):
+        running = state["running"]
+        if len(running) == 4:  # checkpoints before the stats were one table
+            running = [torch.cat([running[0][:, None], running[1][:, None], running[2]], 1),
+                       running[3]]
+        for dst, src in zip((self.stats.running, self.stats.counted), running):
             dst.copy_(src)
         self.obs = None if state["obs"] is None else Observation(*state["obs"])

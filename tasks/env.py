@@ -160,7 +160,7 @@ class Env:
         terminated = self.task.terminated(self.sim) | unstable
         truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
         # NaN guard: a diverged env scores 0, shows finite numbers, ends and is reset.
-        reward = torch.where(unstable, 0.0, torch.nan_to_num(reward, 0.0, 0.0, 0.0))
+        reward = torch.nan_to_num(reward, 0.0, 0.0, 0.0).masked_fill_(unstable, 0.0)
         done = terminated | truncated
         self._record(reward, terms, done, unstable)
 
@@ -182,7 +182,7 @@ class Env:
             self.stats.counted = counted
         if terms:
             stacked = torch.stack([terms[k] for k in self.reward_terms], dim=-1)  # [N, K]
-            stacked = torch.where(unstable[:, None], 0.0, torch.nan_to_num(stacked))
+            stacked = torch.nan_to_num(stacked).masked_fill_(unstable[:, None], 0.0)
         else:
             stacked = self.stats.running[:, 2:]  # [N, 0]
         self.stats.record(reward, stacked, done, unstable)

@@ -11,9 +11,10 @@ iterations the clock is paused and the deterministic policy plays one episode in
   of the episode, averaged over the 16 episodes.
 The time reported is training wall-clock only (evaluation excluded), from the first
 iteration. Training continues for at least --min-s so that the throughput is measured
-over a stable window. Then, in the same run, the env loop with random actions at the same
-N is measured (best of 3, with the torch threads collection uses), and training
-env-steps/s is reported as a ratio of it.
+over a stable window. The reference, the env loop with random actions at the same N (with
+the torch threads collection uses), is measured in short chunks after every evaluation,
+interleaved with training so that both see the same machine; training env-steps/s is
+reported as a ratio of its mean rate.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main() -> None:
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--min-s", type=float, default=30.0,
                    help="train at least this long, so the throughput is not a few seconds'")
+    p.add_argument("--loop-steps", type=int, default=100,
+                   help="random-action env-loop steps measured after each evaluation")
     a = p.parse_args()
 
     entry = get_task(a.task)
@@ -54,6 +57,8 @@ def main() -> None:
     trainer = build(cfg)
     eval_env = make_env(a.task, 16, seed=1000 + a.seed,
                         config=dataclasses.replace(entry.config, obs_noise=False))
+    loop_env = make_env(a.task, a.num_envs, seed=7)  # the reference, same N
+    loop_s, loop_steps = 0.0, 0
     train_s, steps0, hit, last = 0.0, trainer.env_steps, None, {}
     hit_train = None  # balance: first time the training episodes' mean return is >= 95%
     print(f"{'train s':>8} {'env steps':>11} {'steps/s':>9} {'train return':>13} "
@@ -75,11 +80,14 @@ def main() -> None:
               f"{res.get('upright_second_half', float('nan')):17.2f}", flush=True)
         if hit is None and target_met(a.task, res, eval_env.task.max_return()):
             hit = train_s
+        # the reference, interleaved with training so both see the same machine; under
+        # the torch threads collection uses
+        set_threads(cfg.torch_threads)
+        rate = env_loop(loop_env, a.loop_steps, seed=loop_steps)
+        loop_steps += a.loop_steps * a.num_envs
+        loop_s += a.loop_steps * a.num_envs * loop_env.sim.substeps / rate
     train_rate = (trainer.env_steps - steps0) / train_s
-    # the reference under the torch threads collection runs with, best of 3 (conservative)
-    set_threads(cfg.torch_threads)
-    loop_env = make_env(a.task, a.num_envs, seed=7)
-    loop_rate = max(env_loop(loop_env, 200, r) for r in range(3)) / loop_env.sim.substeps
+    loop_rate = loop_steps / loop_s
     print(f"\ntask={a.task} N={a.num_envs} seed={a.seed} threads: torch "
           f"{cfg.torch_threads} (collection) / {cfg.update_threads or 'all'} (update), "
           f"mujoco {trainer.env.sim.nthread}")

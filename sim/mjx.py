@@ -22,263 +22,50 @@ Compilation: the first step and reset are compiled in the constructor; their wal
 `compile_seconds` (vmap keeps the program the same size for any N). Compiled programs are
 cached per process; set JAX_COMPILATION_CACHE_DIR to keep them across processes.
 
-Torch and JAX on one CUDA device (the stream rule this file relies on):
-  * torch -> JAX: `jax.dlpack.from_dlpack(t)` passes JAX's stream to `t.__dlpack__`, and torch
-    then makes that stream wait on an event recorded on torch's *current* stream. So a tensor
-    written on torch's current stream may be handed over at once: no
-    `torch.cuda.synchronize()`. A tensor written on another torch stream must first be
-    ordered onto the current one (`torch.cuda.current_stream().wait_stream(side)`).
-  * JAX -> torch: `torch.from_dlpack(a)` passes torch's current stream to `a.__dlpack__`, and
-    JAX makes that stream wait until `a` is computed. No `block_until_ready()` is needed;
-    torch kernels reading the view are queued behind the JAX program that writes it.
-  * Lifetimes: JAX may read a torch tensor asynchronously, so every tensor handed to JAX is
-    kept referenced until torch has imported an output of the program that read it (which
-    orders torch's stream after that program); torch can then recycle the memory safely.
-    Conversely, every JAX launch here is preceded, in the same call, by a torch -> JAX import,
-    which orders it after all torch work queued so far, including reads of views of buffers
-    that JAX may now recycle.
-  * The torch views of JAX buffers (qpos, qvel, sensordata, time, unstable) are read-only:
-    JAX arrays are immutable and the next step reads them. Clone before writing.
-  * The attributes are rebound to new views by every step/reset (not updated in place): read
-    `sim.qpos` when needed rather than keeping the tensor from an earlier step.
+The stream rule for sharing buffers between torch and JAX is in `trot.sim.jax_bridge`.
 
 Tracked MjData fields (`fields=`, read with `data(name)`) are leaves of the batched data,
 shared like qpos. RNE_POST_FIELDS (cfrc_ext, ...) are computed by MJX's rne_postconstraint
 after the substeps and after resets, in the same programs (jax impl; on Warp they raise).
 Under RK4, cacc and cfrc_int differ from MuJoCo C's (xpos and cfrc_ext agree).
-
-On a GPU, JAX would by default grab 75% of the device's memory at start-up, leaving torch
-short; importing this module sets XLA_PYTHON_CLIENT_PREALLOCATE=false first (unless the
-environment already says otherwise), so JAX allocates as it goes, next to torch's allocator.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts
+# first: the bridge sets JAX's GPU memory policy before JAX starts
+from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
+                                 to_jax, to_torch,
+                                 warp_available)
 
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from functools import cache  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax  # noqa: E402  (after the bridge)
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from mujoco import mjx  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from trot.sim.base import (  # noqa: E402
-    MAX_STATE_VALUE,
-    RANDOMIZABLE_FIELDS,
-    RNE_POST_FIELDS,
-    check_field,
-    sensor_slices,
-    sensor_view,
-)
+from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,  # noqa: E402
+                           sensor_slices, sensor_view)
+from trot.sim.mjx_programs import (_broadcast_data, _flat, _kicked,  # noqa: E402
+                                   _masked_rows, _programs)
 
-IMPLS = ("jax", "warp")
-IMPL_ENV = "TROT_MJX_IMPL"
+__all__ = ["IMPLS", "IMPL_ENV", "MjxSim", "jax_device", "resolve_impl", "to_jax", "to_torch",
+           "warp_available"]
+
 WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
 
-# MuJoCo Warp's per-world overflow bitmask (mujoco_warp OverflowType): the bits that mean a
-# fixed-size buffer was too small and contacts or constraints were dropped. (ITERATIONS and
-# LS_ITERATIONS only say the solver hit its iteration limit.)
-_NEFC, _NJMAX_NNZ, _BROADPHASE, _NARROWPHASE, _CCD = 1, 2, 4, 8, 16
-_HFIELD, _CONTACT_MATCH, _NVMAX, _EPA_HORIZON, _TACTILE = 32, 64, 128, 256, 2048
-BUFFER_OVERFLOW_BITS = (_NEFC | _NJMAX_NNZ | _BROADPHASE | _NARROWPHASE | _CCD | _HFIELD
-                        | _CONTACT_MATCH | _NVMAX | _EPA_HORIZON | _TACTILE)
 
 # Data fields that define the state a step starts from (the rest is recomputed by forward);
 # a checkpoint holds these, plus sensordata so that observations resume exactly.
 _STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl", "qfrc_applied",
                  "xfrc_applied", "mocap_pos", "mocap_quat", "eq_active", "userdata",
                  "plugin_state", "history", "sensordata")
-
-
-def warp_available() -> bool:
-    """warp-lang and MJX's Warp bridge import."""
-    try:
-        from mujoco.mjx import warp as mjxw
-    except Exception:  # noqa: BLE001 (a broken warp install raises all sorts)
-        return False
-    return bool(getattr(mjxw, "WARP_INSTALLED", False))
-
-
-def resolve_impl(device: torch.device, impl: str | None = None) -> str:
-    """The argument, else $TROT_MJX_IMPL, else "warp" on CUDA with warp installed, else "jax"."""
-    choice = impl or os.environ.get(IMPL_ENV) or None
-    if choice is None:
-        return "warp" if device.type == "cuda" and warp_available() else "jax"
-    choice = choice.lower()
-    if choice not in IMPLS:
-        src = "impl" if impl else f"${IMPL_ENV}"
-        raise ValueError(f"unknown MJX implementation {choice!r} ({src}); accepted: "
-                         f"{', '.join(IMPLS)}")
-    if choice == "warp" and not warp_available():
-        raise ValueError("impl 'warp' needs warp-lang (pip install 'trot[mjx]'); "
-                         "use impl='jax'")
-    return choice
-
-
-def jax_device(device: torch.device) -> jax.Device:
-    """The JAX device that is the same memory as a torch device."""
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type != "cuda":
-        raise ValueError(f"the mjx backend runs on 'cpu' or 'cuda', not {str(device)!r}")
-    try:
-        gpus = jax.devices("cuda")
-    except RuntimeError:
-        gpus = []
-    if not gpus:
-        raise ValueError(f"device {str(device)!r} requested but JAX sees no CUDA GPU: install "
-                         "a CUDA build of JAX (pip install 'jax[cuda12]') or use device 'cpu'")
-    index = torch.cuda.current_device() if device.index is None else device.index
-    for d in gpus:
-        if getattr(d, "local_hardware_id", d.id) == index:
-            return d
-    raise ValueError(f"JAX sees no CUDA device with index {index} "
-                     f"(it sees {[str(d) for d in gpus]})")
-
-
-# ---------------------------------------------------------------------- torch <-> JAX
-def to_jax(t: Tensor) -> jax.Array:
-    """Zero-copy torch -> JAX (see the stream rule in the module docstring)."""
-    return jax.dlpack.from_dlpack(t.detach().contiguous())
-
-
-def to_torch(a: jax.Array) -> Tensor:
-    """Zero-copy JAX -> torch view (read-only by convention)."""
-    if a.size == 0:  # some DLPack producers reject empty buffers; nothing to share anyway
-        dev = next(iter(a.devices()))
-        where = "cpu" if dev.platform == "cpu" else f"cuda:{dev.local_hardware_id}"
-        return torch.zeros(a.shape, dtype=_TORCH_DTYPES[np.dtype(a.dtype)], device=where)
-    return torch.from_dlpack(a)
-
-
-_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.int32): torch.int32,
-                 np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8,
-                 np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64}
-
-
-# ---------------------------------------------------------------------- jitted programs
-def _diverged(qpos: jax.Array, qvel: jax.Array) -> jax.Array:
-    """[N] bool: any NaN/Inf or |value| > MAX_STATE_VALUE (sim.base.diverged, on device)."""
-    x = jnp.concatenate([qpos, qvel], axis=1)
-    return ~jnp.all(jnp.abs(x) <= MAX_STATE_VALUE, axis=1)
-
-
-def _model_axes(m, fields: tuple[str, ...]):
-    """vmap in_axes for the model: 0 on the per-env parameter tables, None elsewhere."""
-    axes = jax.tree_util.tree_map(lambda _: None, m)
-    return axes.tree_replace({f: 0 for f in fields}) if fields else axes
-
-
-class _Structure:
-    """A pytree structure as a static jit argument. Flattening an `mjx.Model` costs a few
-    hundred microseconds per call (its numpy fields are hashed by content), so the programs
-    take flat leaves plus this: hashed once, and interned so that equal structures (equal
-    models, in any sim) are one object and compare by identity."""
-
-    _interned: ClassVar[dict] = {}
-
-    def __new__(cls, treedef):
-        obj = cls._interned.get(treedef)
-        if obj is None:
-            obj = super().__new__(cls)
-            obj.treedef, obj._hash = treedef, hash(treedef)
-            cls._interned[treedef] = obj
-        return obj
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other) -> bool:
-        return self is other or (isinstance(other, _Structure) and self.treedef == other.treedef)
-
-
-def _flat(tree) -> tuple[_Structure, list]:
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return _Structure(treedef), leaves
-
-
-def _rne_post(m, d):
-    from mujoco.mjx._src import smooth  # MJX exports no public name for it
-
-    return smooth.rne_postconstraint(m, d)
-
-
-@cache
-def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False):
-    """(step, reset) for one number of substeps and one set of batched model fields. Module
-    level, so sims with equal model structure and N share compiled programs. Models and
-    data travel as flat leaves with their structure as a static argument (see _Structure).
-    rne: complete cacc/cfrc_int/cfrc_ext after each step and reset (RNE_POST_FIELDS)."""
-
-    def step_one(m, d, ctrl):
-        d = d.replace(ctrl=ctrl)
-
-        def substep(d, _):
-            return mjx.step(m, d), None
-
-        d, _ = jax.lax.scan(substep, d, None, length=substeps)
-        return _rne_post(m, d) if rne else d
-
-    def step(ms, ds, m_leaves, d_leaves, unstable, overflow_steps, ctrl):
-        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
-        d = jax.vmap(step_one, in_axes=(_model_axes(m, fields), 0, 0))(m, d, ctrl)
-        # sticky: a diverged env stays flagged until it is reset (as with MuJoCo C, whose
-        # diverged state stays non-finite once auto-reset is off)
-        unstable = unstable | _diverged(d.qpos, d.qvel)
-        overflow = _overflow(d, unstable.shape[0])
-        overflow_steps = overflow_steps + jnp.sum(overflow, dtype=jnp.int32)
-        return jax.tree_util.tree_leaves(d), unstable, overflow, overflow_steps
-
-    def reset(ms, ds, d0s, m_leaves, d_leaves, d0_leaves, unstable, mask, qpos, qvel):
-        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
-        d0 = d0s.treedef.unflatten(d0_leaves)
-
-        def one(m, d, msk, q, v):
-            fresh = mjx.forward(m, d0.replace(qpos=q, qvel=v))  # sensors of the new state
-            fresh = _rne_post(m, fresh) if rne else fresh
-            return d.where(msk, fresh)  # masked envs take fresh, the others keep d exactly
-
-        d = jax.vmap(one, in_axes=(_model_axes(m, fields), 0, 0, 0, 0))(m, d, mask, qpos, qvel)
-        return jax.tree_util.tree_leaves(d), unstable & ~mask, _overflow(d, mask.shape[0])
-
-    return jax.jit(step, static_argnums=(0, 1)), jax.jit(reset, static_argnums=(0, 1, 2))
-
-
-def _overflow(d, n: int) -> jax.Array:
-    """[N] bool: MuJoCo Warp dropped contacts/constraints in the env since its reset (the
-    flags are sticky until reset). MJX-JAX sizes its contact arrays statically: never."""
-    flags = getattr(d._impl, "overflow", None)
-    if flags is None:
-        return jnp.zeros((n,), dtype=bool)
-    return (flags.reshape(n, -1) & BUFFER_OVERFLOW_BITS).any(axis=1)
-
-
-@jax.jit
-def _broadcast_data(d0, qpos):
-    """An [N]-batched copy of the template data (vmap keeps MJX-Warp's shared buffers)."""
-    return jax.vmap(lambda q: d0.replace(qpos=q))(qpos)
-
-
-@jax.jit
-def _kicked(qvel, mask, dqvel):
-    return qvel + jnp.where(mask[:, None], dqvel, 0.0)
-
-
-@jax.jit
-def _masked_rows(table, mask, values):
-    m = mask.reshape(mask.shape + (1,) * (table.ndim - 1))
-    return jnp.where(m, values, table)
 
 
 # ---------------------------------------------------------------------- the backend

@@ -163,7 +163,7 @@ def _count_eqns(jaxpr) -> int:
 
 def test_program_size_does_not_grow_with_num_envs(model):
     """vmap: the traced step program is the same size for any N (so is its compile time)."""
-    from trot.sim.mjx import _broadcast_data, _flat, _programs
+    from trot.sim.mjx_programs import _broadcast_data, _flat, _programs
 
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
     step, _ = _programs(SUBSTEPS, sim.randomized_fields)

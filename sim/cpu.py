@@ -31,8 +31,14 @@ import torch
 from mujoco import batch
 from torch import Tensor
 
-from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field, diverged,
-                           sensor_slices, sensor_view)
+from trot.sim.base import (
+    MAX_STATE_VALUE,
+    RANDOMIZABLE_FIELDS,
+    RNE_POST_FIELDS,
+    check_field,
+    sensor_slices,
+    sensor_view,
+)
 
 _SETCONST_INPUTS = frozenset(mujoco.MjModel._setconst_inputs)
 
@@ -87,6 +93,11 @@ class CpuSim:
         self.qpos, self.qvel = self._qq[:, :nq], self._qq[:, nq:]
         self.sensordata = torch.zeros(n, model.nsensordata)
         self.unstable = torch.zeros(n, dtype=torch.bool)
+        # numpy views of the same memory, for the per-step host work
+        self._qq_np, self._qq64_np = self._qq.numpy(), self._qq64.numpy()
+        self._sens_np, self._sens64_np = self.sensordata.numpy(), self._sens64.numpy()
+        self._ctrl64_np, self._unstable_np = self._ctrl64.numpy(), self.unstable.numpy()
+        self._abs_np = np.empty(self._qq64_np.shape)  # scratch of the divergence check
         self._scratch = mujoco.MjData(model) if rne else None
         # float64 sources of the tracked fields: the batch's outputs, or our rne buffers
         self._rne64 = {f: np.zeros((n, *getattr(self._scratch, f).shape)) for f in rne}
@@ -133,26 +144,40 @@ class CpuSim:
 
     # ------------------------------------------------------------------ stepping
     def step(self, ctrl: Tensor) -> None:
-        self._ctrl64.copy_(ctrl)
-        failed = np.zeros(self.num_envs, dtype=bool)
+        # numpy on the host arrays: a numpy call costs a fraction of a torch op's dispatch,
+        # which dominates at these sizes (the cpu backend's one intended exception)
+        np.copyto(self._ctrl64_np, ctrl.numpy())
+        failed = None
         try:
             self._b.step(nstep=self.substeps)
         except batch.SimulationError as e:  # MuJoCo raised in some envs: those diverged
-            failed[e.ids] = True
-        self._rne_post(np.arange(self.num_envs))
+            failed = e.ids
+        if self._rne64:
+            self._rne_post(np.arange(self.num_envs))
         self._refresh()
-        self.unstable.copy_(diverged(self._qq) | torch.from_numpy(failed))
+        self._diverged_np()
+        if failed is not None:
+            self._unstable_np[failed] = True
+
+    def _diverged_np(self) -> None:
+        """`diverged` on the host arrays: NaN/Inf or beyond MAX_STATE_VALUE in a row. One
+        whole-array max decides the common case; rows are examined only when it fails."""
+        a = np.abs(self._qq64_np, out=self._abs_np)
+        if a.max() <= MAX_STATE_VALUE:  # False for NaN too: max propagates it
+            self._unstable_np.fill(False)
+        else:
+            np.logical_not((a <= MAX_STATE_VALUE).all(axis=1), out=self._unstable_np)
 
     def _refresh(self) -> None:
-        self._qq.copy_(self._qq64)
-        self.sensordata.copy_(self._sens64)
+        np.copyto(self._qq_np, self._qq64_np)
+        np.copyto(self._sens_np, self._sens64_np)
         for f, t in self._data32.items():
-            t.copy_(_view(self._data64[f]))
+            np.copyto(t.numpy(), self._data64[f])
 
     def _refresh_rows(self, ids: np.ndarray) -> None:
         """_refresh for a few envs: numpy row copies (cheaper than torch fancy indexing)."""
-        self._qq.numpy()[ids] = self._qq64.numpy()[ids]
-        self.sensordata.numpy()[ids] = self._sens64.numpy()[ids]
+        self._qq_np[ids] = self._qq64_np[ids]
+        self._sens_np[ids] = self._sens64_np[ids]
         for f, t in self._data32.items():
             t.numpy()[ids] = self._data64[f][ids]
 
@@ -168,7 +193,7 @@ class CpuSim:
         self._qvel_np[ids] = qvel.numpy()[ids]
         self._b.forward(ids)  # so sensors describe the reset state
         self._rne_post(ids)
-        self.unstable.numpy()[ids] = False
+        self._unstable_np[ids] = False
         self._refresh_rows(ids)
 
     def kick(self, mask: Tensor, dqvel: Tensor) -> None:

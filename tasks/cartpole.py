@@ -70,6 +70,9 @@ class Cartpole(Task[CartpoleConfig]):
         center = torch.tensor([0.0, math.pi if c.swingup else 0.0, 0.0, 0.0])
         self._start_low = (center - half).to(sim.device)
         self._start_width = (2 * half).to(sim.device)
+        self._limits = torch.tensor([c.max_cart, c.max_angle], device=sim.device)
+        self._alive = torch.ones(sim.num_envs, device=sim.device)  # read-only reward
+        self._never = torch.zeros(sim.num_envs, dtype=torch.bool, device=sim.device)
 
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         u = torch.rand(sim.num_envs, 4, generator=gen, device=sim.device)  # [N, 4]
@@ -78,8 +81,7 @@ class Cartpole(Task[CartpoleConfig]):
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         if not self.config.swingup:
-            alive = torch.ones(sim.num_envs, device=sim.device)
-            return alive, {"alive": alive}
+            return self._alive, {"alive": self._alive}
         x, angle, omega = sim.qpos[:, 0], sim.qpos[:, 1], sim.qvel[:, 1]
         upright = 0.5 * (1.0 + torch.cos(angle))
         centered = 0.5 * (1.0 + gaussian(x, 1.0))
@@ -90,9 +92,9 @@ class Cartpole(Task[CartpoleConfig]):
 
     def terminated(self, sim: BatchedSim) -> Tensor:
         if self.config.swingup:
-            return torch.zeros(sim.num_envs, dtype=torch.bool, device=sim.device)
-        c = self.config
-        return (sim.qpos[:, 1].abs() > c.max_angle) | (sim.qpos[:, 0].abs() > c.max_cart)
+            return self._never
+        # |cart position| > max_cart or |pole angle| > max_angle
+        return (sim.qpos.abs() > self._limits).any(dim=1)
 
     def max_return(self) -> float | None:
         steps = round(self.config.episode_seconds / (0.01 * self.config.substeps))

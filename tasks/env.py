@@ -7,52 +7,58 @@ own memory, the one intended exception.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import torch
 from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks.base import Observation, StepResult, Task
-from trot.tasks.observation import (FIELD_KINDS, build_obs, compile_layout, field_key,
-                                    make_layout, pool_columns, source_pool)
+from trot.tasks.observation import (
+    FIELD_KINDS,
+    ObsPlan,
+    build_obs,
+    compile_layout,
+    field_key,
+    make_layout,
+    pool_columns,
+)
 
 
-@dataclass
 class EpisodeStats:
     """Device-side accumulators of finished episodes, drained once per iteration.
-    Columns of `running` and `sums`: return, length, then one per reward term."""
+    Columns of `running` and `sums`: a constant 1 (so that `sums[0]` counts the finished
+    episodes), return, length, then one per reward term."""
 
-    running: Tensor  # [N, 2 + K] of the episodes in progress
-    sums: Tensor  # [2 + K] over finished episodes
-    episodes: Tensor  # []
-    unstable: Tensor  # [] count of envs the NaN guard reset
-    counted: Tensor  # [N] bool: this env's episode started at step 0 (not a staggered start)
+    def __init__(self, n: int, k: int, device: torch.device):
+        self.running = torch.zeros(n, 3 + k, device=device)  # [N, 3 + K] episodes in progress
+        self.running[:, 0] = 1.0
+        self.sums = torch.zeros(3 + k, device=device)  # [3 + K] over finished episodes
+        self.unstable = torch.zeros((), device=device)  # count of envs the NaN guard reset
+        # [N] 1.0 where this env's episode started at step 0, 0.0 for a staggered start
+        self.counted = torch.ones(n, device=device)
+        self._tail = self.running[:, 1:]  # views made once: the per-episode columns ...
+        self._running_t = self.running.T  # ... and the transpose the sums multiply
 
-    @classmethod
-    def zeros(cls, n: int, k: int, device: torch.device) -> "EpisodeStats":
-        z = lambda *s: torch.zeros(*s, device=device)  # noqa: E731
-        return cls(z(n, 2 + k), z(2 + k), z(()), z(()),
-                   torch.ones(n, dtype=torch.bool, device=device))
-
-    def record(self, reward: Tensor, terms: Tensor, done: Tensor, unstable: Tensor) -> None:
-        ones = torch.ones_like(reward)
-        self.running += torch.cat([reward[:, None], ones[:, None], terms], dim=1)
-        d = (done & self.counted).float()  # a staggered first episode is partial: skip it
-        self.counted |= done
-        self.sums += d @ self.running  # [2 + K]
-        self.episodes += d.sum()
-        self.unstable += unstable.sum()
-        self.running *= (~done)[:, None]
+    def record(self, step: Tensor, done: Tensor, n_unstable: Tensor) -> None:
+        """step: [N, 2 + K] this step's (reward, 1, terms); done: [N] bool; n_unstable: []
+        envs reset by the NaN guard at this step."""
+        self._tail += step
+        d = done * self.counted  # [N] a staggered first episode is partial: skip it
+        self.counted.masked_fill_(done, 1.0)
+        self.sums.addmv_(self._running_t, d)
+        self.unstable += n_unstable
+        self._tail.masked_fill_(done[:, None], 0.0)
 
     def pop(self, term_names: tuple[str, ...]) -> tuple[list[str], Tensor]:
         """Means over the episodes finished since the last pop, as one device vector (no
         host sync), and zero the accumulators. Means read 0 when no episode finished."""
         names = ["episodes", "unstable_envs", "episode_return", "episode_length"]
         names += [f"reward/{k}" for k in term_names]
-        vals = torch.cat([torch.stack([self.episodes, self.unstable]),
-                          self.sums / self.episodes.clamp(min=1.0)])
-        for t in (self.sums, self.episodes, self.unstable):
+        episodes = self.sums[0]
+        vals = torch.cat([torch.stack([episodes, self.unstable]),
+                          self.sums[1:] / episodes.clamp(min=1.0)])
+        for t in (self.sums, self.unstable):
             t.zero_()
         return names, vals
 
@@ -81,31 +87,13 @@ class Env:
         task.bind(sim)
         n, dev = self.num_envs, self.device
         self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
-        self._no_envs = torch.zeros(n, dtype=torch.bool, device=dev)
+        self._ones = torch.ones(n, device=dev)
         self.last_action = torch.zeros(n, self.action_dim, device=dev)
-        dims = {k: s.size for k, s in sensor_slices(sim.model).items()}
-        cdim = task.command_dim
-        self.policy_layout = make_layout(task.policy_terms(), dims, cdim, self.action_dim)
-        self.critic_layout = make_layout(task.critic_terms(), dims, cdim, self.action_dim)
-        ranges = {k: (s.start, s.start + s.size) for k, s in sensor_slices(sim.model).items()}
-        m = sim.model
-        # named fields the observations read, at the pool's end: tracked MjData fields
-        # (Task.data_fields) and per-env model parameters
-        terms = [t for t in task.policy_terms() + task.critic_terms() if t.kind in FIELD_KINDS]
-        self._obs_fields = tuple(dict.fromkeys((t.kind, t.field) for t in terms))
-        sizes = {f"{k}:{f}": self._field(k, f)[0].numel() for k, f in self._obs_fields}
-        for t in terms:
-            if not 0 <= t.start < t.stop <= sizes[field_key(t)]:
-                raise ValueError(f"observation term {t.name!r}: [start, stop) = "
-                                 f"[{t.start}, {t.stop}) is not within the "
-                                 f"{sizes[field_key(t)]} values of {t.field!r}")
-        cols = pool_columns(m.nsensordata, m.nq, m.nv, cdim, self.action_dim, sizes)
-        self._policy_plan = compile_layout(self.policy_layout, ranges, cols, dev)
-        self._critic_plan = compile_layout(self.critic_layout, ranges, cols, dev)
-        self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+        self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
         self.reward_terms: tuple[str, ...] = ()
-        self.stats = EpisodeStats.zeros(n, 0, dev)
+        self.stats = EpisodeStats(n, 0, dev)
+        self._unstable_row = torch.zeros(0, device=dev)  # (0, 1, 0...): see _record
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
 
@@ -113,16 +101,63 @@ class Env:
     def _field(self, kind: str, name: str) -> Tensor:  # [N, *shape]
         return self.sim.data(name) if kind == "data" else self.sim.params(name)
 
-    def observe(self) -> Observation:
-        sim = self.sim
-        cmd = self.task.command if self.task.command is not None else self.last_action[:, :0]
-        data = tuple(self._field(k, f) for k, f in self._obs_fields)
-        pool = source_pool(sim.sensordata, sim.qpos, sim.qvel, cmd, self.last_action, data)
-        pool = torch.nan_to_num(pool, 0.0, 0.0, 0.0)  # a diverged env still shows numbers
-        gen = self.gen if self.noise else None
-        policy = build_obs(self._policy_plan, pool, gen)
-        critic = policy if self._shared_critic else build_obs(self._critic_plan, pool, gen)
+    def observe(self, noise: tuple[Tensor | None, Tensor | None] | None = None) -> Observation:
+        """noise: the uniform draws of `_draw_noise`; None draws fresh ones."""
+        parts = [get() for get in self._pool_parts]
+        pool = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        u_policy, u_critic = self._draw_noise() if noise is None else noise
+        policy = build_obs(self._policy_plan, pool, u_policy)
+        critic = policy if self._shared_critic else build_obs(self._critic_plan, pool, u_critic)
         return Observation(policy, critic)
+
+    def _draw_noise(self) -> tuple[Tensor | None, Tensor | None]:
+        """Uniform [0, 1) draws for the noisy observation terms (None: no noise). One draw
+        serves both observations of a step, so an env that did not end sees the same
+        numbers in `obs` and `final_obs`."""
+        def draw(plan: ObsPlan, dim: int) -> Tensor | None:
+            if not (self.noise and plan.noisy):
+                return None
+            return torch.rand(self.num_envs, dim, generator=self.gen, device=self.device)
+        critic = None if self._shared_critic else draw(self._critic_plan, self.critic_obs_dim)
+        return draw(self._policy_plan, self.obs_dim), critic
+
+    def _compile_observations(self) -> None:
+        """Layouts, and plans that gather each observation from a pool of the sources the
+        terms read (sensordata, qpos, ... named fields), side by side in that order."""
+        task, sim, m = self.task, self.sim, self.sim.model
+        slices = sensor_slices(m)
+        dims = {k: s.size for k, s in slices.items()}
+        ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
+        cdim, adim = task.command_dim, self.action_dim
+        self.policy_layout = make_layout(task.policy_terms(), dims, cdim, adim)
+        self.critic_layout = make_layout(task.critic_terms(), dims, cdim, adim)
+        terms = task.policy_terms() + task.critic_terms()
+        # named fields the observations read: tracked MjData fields (Task.data_fields) and
+        # per-env model parameters
+        self._obs_fields = tuple(dict.fromkeys((t.kind, t.field) for t in terms
+                                               if t.kind in FIELD_KINDS))
+        # each source: (size, getter); getters read at every call (backends may replace
+        # their tensors)
+        sources = {"sensor": (m.nsensordata, lambda: sim.sensordata),
+                   "qpos": (m.nq, lambda: sim.qpos), "qvel": (m.nv, lambda: sim.qvel),
+                   "command": (cdim, lambda: task.command),
+                   "last_action": (adim, lambda: self.last_action)}
+        for k, f in self._obs_fields:
+            sources[f"{k}:{f}"] = (self._field(k, f)[0].numel(),
+                                   lambda k=k, f=f: self._field(k, f).flatten(1))
+        for t in terms:
+            size = sources[field_key(t)][0] if t.kind in FIELD_KINDS else 0
+            if t.kind in FIELD_KINDS and not 0 <= t.start < t.stop <= size:
+                raise ValueError(f"observation term {t.name!r}: [start, stop) = "
+                                 f"[{t.start}, {t.stop}) is not within the {size} values "
+                                 f"of {t.field!r}")
+        used = {field_key(t) if t.kind in FIELD_KINDS else t.kind for t in terms}
+        sizes = {k: size for k, (size, _) in sources.items() if k in used}
+        cols = pool_columns(sizes)
+        self._pool_parts = [get for k, (_, get) in sources.items() if k in used]
+        self._policy_plan = compile_layout(self.policy_layout, ranges, cols, self.device)
+        self._critic_plan = compile_layout(self.critic_layout, ranges, cols, self.device)
+        self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
 
     # ------------------------------------------------------------------ episode control
     def reset(self, stagger: bool = False) -> Observation:
@@ -134,7 +169,7 @@ class Env:
         if stagger:
             self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),
                                               generator=self.gen, device=self.device)
-            self.stats.counted = self.episode_step == 0
+            self.stats.counted.copy_(self.episode_step == 0)
         self.obs = self.observe()
         return self.obs
 
@@ -153,43 +188,45 @@ class Env:
         self.sim.step(self.task.action_to_ctrl(action))
         self.last_action.copy_(action)
         self.episode_step += 1
-        unstable = self.sim.unstable | bad_action
+        unstable = self.sim.unstable if bad_action is None else self.sim.unstable | bad_action
 
-        final = self.observe()
+        noise = self._draw_noise()
+        final = self.observe(noise)
         reward, terms = self.task.reward(self.sim, action)
         terminated = self.task.terminated(self.sim) | unstable
-        truncated = (self.episode_step >= self.max_episode_steps) & ~terminated
-        # NaN guard: a diverged env scores 0, shows finite numbers, ends and is reset.
-        reward = torch.nan_to_num(reward, 0.0, 0.0, 0.0).masked_fill_(unstable, 0.0)
-        done = terminated | truncated
-        self._record(reward, terms, done, unstable)
+        done = terminated | (self.episode_step >= self.max_episode_steps)
+        truncated = done ^ terminated  # the time limit, where the task did not terminate
+        n_unstable = unstable.sum()
+        reward = self._record(reward, terms, done, unstable, n_unstable)
 
         self._reset_envs(done)
-        fresh = self.observe()
-        d = done[:, None]
-        policy = torch.where(d, fresh.policy, final.policy)
-        critic = policy if self._shared_critic else torch.where(d, fresh.critic, final.critic)
-        self.obs = Observation(policy, critic)
-        metrics = {"unstable": unstable.sum()}
-        return StepResult(self.obs, reward, terminated, truncated, final, metrics)
+        # Rows that did not end are unchanged by the reset (state, command, last action,
+        # noise draw), so the fresh observation is the step's observation for every env
+        self.obs = self.observe(noise)
+        return StepResult(self.obs, reward, terminated, truncated, final,
+                          {"unstable": n_unstable})
 
     def _record(self, reward: Tensor, terms: dict[str, Tensor], done: Tensor,
-                unstable: Tensor) -> None:
+                unstable: Tensor, n_unstable: Tensor) -> Tensor:
+        """NaN guard on the reward and its terms (a diverged env scores 0 and shows finite
+        numbers), then the episode statistics. Returns the guarded reward [N]."""
         if not self.reward_terms and terms:  # first step: fix the term order
             self.reward_terms = tuple(terms)
             counted = self.stats.counted
-            self.stats = EpisodeStats.zeros(self.num_envs, len(terms), self.device)
-            self.stats.counted = counted
-        if terms:
-            stacked = torch.stack([terms[k] for k in self.reward_terms], dim=-1)  # [N, K]
-            stacked = torch.nan_to_num(stacked).masked_fill_(unstable[:, None], 0.0)
-        else:
-            stacked = self.stats.running[:, 2:]  # [N, 0]
-        self.stats.record(reward, stacked, done, unstable)
+            self.stats = EpisodeStats(self.num_envs, len(terms), self.device)
+            self.stats.counted.copy_(counted)
+        if self._unstable_row.numel() != 2 + len(self.reward_terms):
+            self._unstable_row = torch.zeros(2 + len(self.reward_terms), device=self.device)
+            self._unstable_row[1] = 1.0
+        step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
+        # [N, 2 + K]; an unstable env's step is (0, 1, 0...): it counts in the length only
+        step = torch.where(unstable[:, None], self._unstable_row, step.nan_to_num_(0.0, 0.0, 0.0))
+        self.stats.record(step, done, n_unstable)
+        return step[:, 0]
 
-    def _checked(self, action: Tensor) -> tuple[Tensor, Tensor]:
+    def _checked(self, action: Tensor) -> tuple[Tensor, Tensor | None]:
         """Validate shape/dtype/device; clip to [-1, 1]. Returns the action and a [N] mask of
-        envs whose action had NaN/Inf (those are treated as unstable)."""
+        envs whose action had NaN/Inf (those are treated as unstable), None for none."""
         want = (self.num_envs, self.action_dim)
         if not isinstance(action, Tensor):
             raise TypeError(f"action must be a torch.Tensor of shape {want}, got "
@@ -202,11 +239,12 @@ class Env:
         if action.device != self.device:
             raise ValueError(f"action is on {action.device}; this env runs on {self.device}")
         if self.device.type == "cpu":  # a host check is free here: refuse bad actions
-            if not bool(torch.isfinite(action).all()):
+            # a finite sum means every entry is finite (the exact test runs only otherwise)
+            if not math.isfinite(action.sum()) and not bool(torch.isfinite(action).all()):
                 bad = (~torch.isfinite(action).all(dim=-1)).nonzero().flatten().tolist()
                 raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions "
                                  "must be finite values in [-1, 1]")
-            return action.clamp(-1.0, 1.0), self._no_envs
+            return action.clamp(-1.0, 1.0), None
         # on an accelerator, no host sync: such envs get action 0 and count as unstable
         finite = torch.isfinite(action).all(dim=-1)  # [N]
         action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
@@ -232,11 +270,13 @@ class Env:
         self.last_action.copy_(state["last_action"])
         self.gen.set_state(state["gen"])
         self.reward_terms = tuple(state["reward_terms"])
-        self.stats = EpisodeStats.zeros(self.num_envs, len(self.reward_terms), self.device)
-        running = state["running"]
-        if len(running) == 4:  # checkpoints before the stats were one table
-            running = [torch.cat([running[0][:, None], running[1][:, None], running[2]], 1),
-                       running[3]]
-        for dst, src in zip((self.stats.running, self.stats.counted), running):
-            dst.copy_(src)
+        self.stats = EpisodeStats(self.num_envs, len(self.reward_terms), self.device)
+        running, counted = state["running"][0], state["running"][-1]
+        if len(state["running"]) == 4:  # checkpoints before the stats were one table
+            r = state["running"]
+            running = torch.cat([r[0][:, None], r[1][:, None], r[2]], 1)
+        if running.shape[1] == 2 + len(self.reward_terms):  # ... or had the count column
+            running = torch.cat([torch.ones_like(running[:, :1]), running], 1)
+        self.stats.running.copy_(running)
+        self.stats.counted.copy_(counted)
         self.obs = None if state["obs"] is None else Observation(*state["obs"])

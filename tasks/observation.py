@@ -122,26 +122,24 @@ def make_layout(terms: tuple[ObsTerm, ...], sensor_dims: dict[str, int], command
 
 @dataclass(frozen=True)
 class ObsPlan:
-    """A layout compiled to one gather from the source pool (see `source_pool`):
+    """A layout compiled to one gather from the source pool (see `pool_columns`):
     obs = (pool[:, index] - offset) * scale, plus uniform noise of half-width `noise`."""
 
     index: Tensor  # [D] long, columns of the pool
     offset: Tensor  # [D]
     scale: Tensor  # [D]
+    bias: Tensor  # [D] -offset * scale: the affine as one fused multiply-add
     noise: Tensor  # [D]
     noisy: bool
     clip: tuple[Tensor, Tensor] | None = None  # [D] lo, hi (+-inf where unclipped); None: none
 
 
-def pool_columns(nsensordata: int, nq: int, nv: int, command_dim: int, action_dim: int = 0,
-                 field_sizes: dict[str, int] | None = None) -> dict[str, int]:
-    """Where each source starts in the pool [sensordata | qpos | qvel | command | action |
-    named fields, flattened, in `field_sizes` order]; a field's key is '<kind>:<name>'
-    (`field_key`), e.g. 'data:cfrc_ext' or 'param:geom_friction'."""
-    cols = {"sensor": 0, "qpos": nsensordata, "qvel": nsensordata + nq,
-            "command": nsensordata + nq + nv, "last_action": nsensordata + nq + nv + command_dim}
-    start = cols["last_action"] + action_dim
-    for key, size in (field_sizes or {}).items():
+def pool_columns(sizes: dict[str, int]) -> dict[str, int]:
+    """Where each source starts in the pool: the sources side by side in `sizes` order.
+    Keys: 'sensor', 'qpos', 'qvel', 'command', 'last_action', and '<kind>:<name>' for a
+    named field (`field_key`), e.g. 'data:cfrc_ext' or 'param:geom_friction'."""
+    cols, start = {}, 0
+    for key, size in sizes.items():
         cols[key] = start
         start += size
     return cols
@@ -180,25 +178,19 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
         hi += [t.clip[1] if t.clip else math.inf] * slot.size
     f = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
     clipped = any(s.term.clip for s in layout.slots)
+    bias = [-o * s for o, s in zip(offset, scale)]
     return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(offset), f(scale),
-                   f(noise), any(n > 0 for n in noise), (f(lo), f(hi)) if clipped else None)
+                   f(bias), f(noise), any(n > 0 for n in noise),
+                   (f(lo), f(hi)) if clipped else None)
 
 
-def source_pool(sensordata: Tensor, qpos: Tensor, qvel: Tensor, command: Tensor,
-                last_action: Tensor, data: tuple[Tensor, ...] = ()) -> Tensor:
-    """[N, ns + nq + nv + C + A (+ fields)]: every value an observation term may read; data:
-    the named fields' values [N, *shape], flattened, in `pool_columns` order."""
-    extra = [d.flatten(1) for d in data]
-    return torch.cat([sensordata, qpos, qvel, command, last_action, *extra], dim=1)
-
-
-def build_obs(plan: ObsPlan, pool: Tensor, gen: torch.Generator | None) -> Tensor:
-    """[N, D]; noise is added only when a generator is given."""
-    raw = pool.index_select(1, plan.index)
+def build_obs(plan: ObsPlan, pool: Tensor, u: Tensor | None = None) -> Tensor:
+    """[N, D] from the pool [N, P]; u: uniform [0, 1) draws [N, D] for the noise, or None.
+    Non-finite pool values (a diverged env) read as 0, so observations stay finite."""
+    raw = pool.index_select(1, plan.index).nan_to_num_(0.0, 0.0, 0.0)
     if plan.clip is not None:
         raw = torch.clamp(raw, plan.clip[0], plan.clip[1])
-    x = (raw - plan.offset) * plan.scale
-    if gen is not None and plan.noisy:
-        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
-        x = x + (2.0 * u - 1.0) * plan.noise
+    x = torch.addcmul(plan.bias, raw, plan.scale)  # (raw - offset) * scale in one op
+    if u is not None and plan.noisy:
+        x = torch.addcmul(x, u.mul(2.0).sub_(1.0), plan.noise)
     return x

@@ -399,3 +399,31 @@ def test_staggered_start_spreads_resets_and_counts_only_full_episodes():
     stats = env.stats.drain(env.reward_terms)
     assert stats["episodes"] == full.item()
     assert stats["episode_length"] == 10.0
+
+
+def test_statistics_resume_from_checkpoints_of_older_layouts():
+    """Checkpoints store the running table; those written before it had its count column
+    (or before it was one table) resume to the same statistics as the current layout."""
+    n = 16
+    acts = _actions(n, 60, seed=5)
+    env = _env(BAL, n=n)
+    env.reset()
+    for a in acts[:30]:
+        env.step(a)
+    state = env.state_dict()
+    table, counted = state["running"]
+    old_table = dict(state, running=[table[:, 1:], counted])  # return, length, terms
+    old_split = dict(state, running=[table[:, 1], table[:, 2], table[:, 3:], counted])
+
+    def resumed(s):
+        e = _env(BAL, n=n)
+        e.load_state_dict(s)
+        e.stats.pop(e.reward_terms)
+        for a in acts[30:]:
+            e.step(a)
+        return e.stats.drain(e.reward_terms)
+
+    want = resumed(state)
+    assert want["episodes"] > 0
+    assert resumed(old_table) == want
+    assert resumed(old_split) == want

@@ -24,6 +24,7 @@ class PlainSim:
         self.control_dt = float(model.opt.timestep) * substeps
         self._sensors = sensor_slices(model)
         self.unstable = torch.zeros(1, dtype=torch.bool)
+        self.all_stable = None
         self.refresh()
 
     def refresh(self) -> None:

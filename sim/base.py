@@ -67,6 +67,9 @@ class BatchedSim(Protocol):
     qvel: Tensor  # [N, nv] float32
     sensordata: Tensor  # [N, nsensordata] float32
     unstable: Tensor  # [N] bool: diverged (NaN/Inf or beyond MAX_STATE_VALUE) until reset
+    all_stable: bool | None
+    """True when no env is unstable, where the host knows that for free (cpu); None where
+    knowing would need a device sync (the env loop then takes its general path)"""
 
     @property
     def control_dt(self) -> float: ...

@@ -95,6 +95,7 @@ class CpuSim:
         self.qpos, self.qvel = self._qq[:, :nq], self._qq[:, nq:]
         self.sensordata = torch.zeros(n, model.nsensordata)
         self.unstable = torch.zeros(n, dtype=torch.bool)
+        self.all_stable = True
         # numpy views of the same memory, for the per-step host work
         self._qq_np, self._qq64_np = self._qq.numpy(), self._qq64.numpy()
         self._sens_np, self._sens64_np = self.sensordata.numpy(), self._sens64.numpy()
@@ -160,12 +161,14 @@ class CpuSim:
         self._diverged_np()
         if failed is not None:
             self._unstable_np[failed] = True
+            self.all_stable = False
 
     def _diverged_np(self) -> None:
         """`diverged` on the host arrays: NaN/Inf or beyond MAX_STATE_VALUE in a row. One
         whole-array max decides the common case; rows are examined only when it fails."""
         a = np.abs(self._qq64_np, out=self._abs_np)
-        if a.max() <= MAX_STATE_VALUE:  # False for NaN too: max propagates it
+        self.all_stable = bool(a.max() <= MAX_STATE_VALUE)  # False for NaN: max keeps it
+        if self.all_stable:
             self._unstable_np.fill(False)
         else:
             np.logical_not((a <= MAX_STATE_VALUE).all(axis=1), out=self._unstable_np)
@@ -196,6 +199,8 @@ class CpuSim:
         self._forward(ids)  # so sensors describe the reset state
         self._rne_post(ids)
         self._unstable_np[ids] = False
+        if not self.all_stable:
+            self.all_stable = not self._unstable_np.any()
         self._refresh_rows(ids)
 
     def _forward(self, ids: np.ndarray) -> None:
@@ -266,3 +271,4 @@ class CpuSim:
             saved = state.get(f"data/{f}")
             t.copy_(_view(self._data64[f]) if saved is None else saved)
         self.unstable.zero_()
+        self.all_stable = True

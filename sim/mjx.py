@@ -179,6 +179,7 @@ class MjxSim:
             raise ValueError(f"tracking {[f for f in self.fields if f in RNE_POST_FIELDS]} "
                              "needs MJX's rne_postconstraint, which trot runs on impl='jax' "
                              "only; use impl='jax' or the cpu backend")
+        self.all_stable = None  # knowing would need a device sync
         self._unstable = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
         self._overflow = self._unstable
         self._overflow_steps = jax.device_put(np.zeros((), dtype=np.int32), self._jdev)

@@ -40,14 +40,15 @@ class EpisodeStats:
         self._tail = self.running[:, 1:]  # views made once: the per-episode columns ...
         self._running_t = self.running.T  # ... and the transpose the sums multiply
 
-    def record(self, step: Tensor, done: Tensor, n_unstable: Tensor) -> None:
+    def record(self, step: Tensor, done: Tensor, n_unstable: Tensor | None) -> None:
         """step: [N, 2 + K] this step's (reward, 1, terms); done: [N] bool; n_unstable: []
-        envs reset by the NaN guard at this step."""
+        envs reset by the NaN guard at this step (None: none)."""
         self._tail += step
         d = done * self.counted  # [N] a staggered first episode is partial: skip it
         self.counted.masked_fill_(done, 1.0)
         self.sums.addmv_(self._running_t, d)
-        self.unstable += n_unstable
+        if n_unstable is not None:
+            self.unstable += n_unstable
         self._tail.masked_fill_(done[:, None], 0.0)
 
     def pop(self, term_names: tuple[str, ...]) -> tuple[list[str], Tensor]:
@@ -88,6 +89,7 @@ class Env:
         n, dev = self.num_envs, self.device
         self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
         self._ones = torch.ones(n, device=dev)
+        self._no_unstable = torch.zeros((), dtype=torch.int64, device=dev)  # read-only
         self.last_action = torch.zeros(n, self.action_dim, device=dev)
         self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
@@ -189,6 +191,9 @@ class Env:
         self.last_action.copy_(action)
         self.episode_step += 1
         unstable = self.sim.unstable if bad_action is None else self.sim.unstable | bad_action
+        # where the host knows for free that every env is stable (cpu), skip the guard's
+        # per-env selects and the count
+        stable = self.sim.all_stable is True and bad_action is None
 
         noise = self._draw_noise()
         final = self.observe(noise)
@@ -196,8 +201,8 @@ class Env:
         terminated = self.task.terminated(self.sim) | unstable
         done = terminated | (self.episode_step >= self.max_episode_steps)
         truncated = done ^ terminated  # the time limit, where the task did not terminate
-        n_unstable = unstable.sum()
-        reward = self._record(reward, terms, done, unstable, n_unstable)
+        n_unstable = self._no_unstable if stable else unstable.sum()
+        reward = self._record(reward, terms, done, None if stable else unstable, n_unstable)
 
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,
@@ -207,9 +212,10 @@ class Env:
                           {"unstable": n_unstable})
 
     def _record(self, reward: Tensor, terms: dict[str, Tensor], done: Tensor,
-                unstable: Tensor, n_unstable: Tensor) -> Tensor:
+                unstable: Tensor | None, n_unstable: Tensor) -> Tensor:
         """NaN guard on the reward and its terms (a diverged env scores 0 and shows finite
-        numbers), then the episode statistics. Returns the guarded reward [N]."""
+        numbers), then the episode statistics. unstable: [N] bool, None when no env is.
+        Returns the guarded reward [N]."""
         if not self.reward_terms and terms:  # first step: fix the term order
             self.reward_terms = tuple(terms)
             counted = self.stats.counted
@@ -220,8 +226,10 @@ class Env:
             self._unstable_row[1] = 1.0
         step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
         # [N, 2 + K]; an unstable env's step is (0, 1, 0...): it counts in the length only
-        step = torch.where(unstable[:, None], self._unstable_row, step.nan_to_num_(0.0, 0.0, 0.0))
-        self.stats.record(step, done, n_unstable)
+        step = step.nan_to_num_(0.0, 0.0, 0.0)
+        if unstable is not None:
+            step = torch.where(unstable[:, None], self._unstable_row, step)
+        self.stats.record(step, done, None if unstable is None else n_unstable)
         return step[:, 0]
 
     def _checked(self, action: Tensor) -> tuple[Tensor, Tensor | None]:

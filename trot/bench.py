@@ -14,9 +14,23 @@ from torch import Tensor
 from trot.tasks.env import Env
 
 
+def full_physics_columns(model: mujoco.MjModel) -> np.ndarray:
+    """Columns of an mjSTATE_INTEGRATION row (a cpu-backend state row) that make up the
+    mjSTATE_FULLPHYSICS state `mujoco.rollout` starts from (components in bit order)."""
+    full = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    cols, start = [], 0
+    for bit in range(int(mujoco.mjtState.mjNSTATE)):
+        size = mujoco.mj_stateSize(model, 1 << bit)
+        if full & (1 << bit):
+            cols.extend(range(start, start + size))
+        start += size
+    return np.array(cols, dtype=np.int64)
+
+
 class RawRollout:
-    """`mujoco.rollout` of N envs for nstep physics steps from qpos0 under zero control,
-    all threads: the ceiling. Prepared once, so that it can be timed in repeated chunks."""
+    """`mujoco.rollout` of N envs for nstep physics steps under zero control, all threads:
+    the ceiling. Starts from qpos0, or from given states (`start_from`). Prepared once, so
+    that it can be timed in repeated chunks."""
 
     def __init__(self, model: mujoco.MjModel, n: int, nstep: int, nthread: int):
         self.n, self.nstep = n, nstep
@@ -30,6 +44,11 @@ class RawRollout:
         self.out_s = np.zeros((n, nstep, state0.size))
         self.out_d = np.zeros((n, nstep, model.nsensordata))
         self.pool = rollout.Rollout(nthread=nthread if nthread > 1 else 0)
+
+    def start_from(self, states: np.ndarray) -> None:
+        """[N, S] mjSTATE_FULLPHYSICS states (e.g. an env's current ones, so that the
+        ceiling steps the same contacts as the env loop it is compared with)."""
+        self.init[...] = states
 
     def seconds(self) -> float:
         """Wall time of one call."""

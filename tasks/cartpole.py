@@ -21,6 +21,7 @@ from trot.tasks.base import Task, TaskConfig
 from trot.tasks.observation import ObsTerm
 from trot.tasks.registry import register
 from trot.tasks.rewards import gaussian
+from trot.tasks.sampling import UniformBank
 
 ASSET = Path(__file__).parent / "assets" / "cartpole.xml"
 
@@ -70,14 +71,25 @@ class Cartpole(Task[CartpoleConfig]):
         center = torch.tensor([0.0, math.pi if c.swingup else 0.0, 0.0, 0.0])
         self._start_low = (center - half).to(sim.device)
         self._start_width = (2 * half).to(sim.device)
+        self._start_draws = UniformBank(sim.num_envs, 4, sim.device)  # one RNG call a block
         self._limits = torch.tensor([c.max_cart, c.max_angle], device=sim.device)
         self._alive = torch.ones(sim.num_envs, device=sim.device)  # read-only reward
         self._never = torch.zeros(sim.num_envs, dtype=torch.bool, device=sim.device)
 
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        u = torch.rand(sim.num_envs, 4, generator=gen, device=sim.device)  # [N, 4]
+        u = self._start_draws.draw(gen)  # [N, 4]
         x = torch.addcmul(self._start_low, u, self._start_width)  # uniform in the box
         return x[:, :2], x[:, 2:]
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f"start_draws/{k}": v for k, v in self._start_draws.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        prefix = "start_draws/"
+        if any(k.startswith(prefix) for k in state):  # checkpoints before the bank: none
+            self._start_draws.load_state_dict({k.removeprefix(prefix): v
+                                               for k, v in state.items()
+                                               if k.startswith(prefix)})
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         if not self.config.swingup:

@@ -116,12 +116,15 @@ class Env:
         """Uniform [0, 1) draws for the noisy observation terms (None: no noise). One draw
         serves both observations of a step, so an env that did not end sees the same
         numbers in `obs` and `final_obs`."""
-        def draw(plan: ObsPlan, dim: int) -> Tensor | None:
-            if not (self.noise and plan.noisy):
-                return None
-            return torch.rand(self.num_envs, dim, generator=self.gen, device=self.device)
-        critic = None if self._shared_critic else draw(self._critic_plan, self.critic_obs_dim)
-        return draw(self._policy_plan, self.obs_dim), critic
+        if not (self.noise and (self._policy_plan.noisy or self._critic_plan.noisy)):
+            return None, None
+        return self._draw(self._policy_plan, self.obs_dim), \
+            None if self._shared_critic else self._draw(self._critic_plan, self.critic_obs_dim)
+
+    def _draw(self, plan: ObsPlan, dim: int) -> Tensor | None:
+        if not plan.noisy:
+            return None
+        return torch.rand(self.num_envs, dim, generator=self.gen, device=self.device)
 
     def _compile_observations(self) -> None:
         """Layouts, and plans that gather each observation from a pool of the sources the

@@ -427,3 +427,22 @@ def test_statistics_resume_from_checkpoints_of_older_layouts():
     assert want["episodes"] > 0
     assert resumed(old_table) == want
     assert resumed(old_split) == want
+
+
+def test_uniform_bank_hands_out_the_per_step_draws_in_order():
+    """Drawing a block at once is invisible when nothing else draws in between: step t gets
+    what the t-th per-step `torch.rand` would, across block boundaries and a checkpoint."""
+    from trot.tasks.sampling import UniformBank
+
+    g_bank, g_ref = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    bank = UniformBank(100, 4, torch.device("cpu"), block=5)
+    for _ in range(7):
+        assert torch.equal(bank.draw(g_bank), torch.rand(100, 4, generator=g_ref))
+    saved, gen_state = bank.state_dict(), g_bank.get_state()
+    resumed = UniformBank(100, 4, torch.device("cpu"), block=5)
+    resumed.load_state_dict(saved)
+    g_bank.set_state(gen_state)
+    for _ in range(6):
+        assert torch.equal(resumed.draw(g_bank), torch.rand(100, 4, generator=g_ref))
+    with pytest.raises(ValueError, match="block"):
+        UniformBank(100, 4, torch.device("cpu"), block=0)

@@ -37,6 +37,7 @@ class EpisodeStats:
         self.unstable = torch.zeros((), device=device)  # count of envs the NaN guard reset
         # [N] 1.0 where this env's episode started at step 0, 0.0 for a staggered start
         self.counted = torch.ones(n, device=device)
+        self.all_counted = True  # counted is all ones (Env.reset(stagger=True) clears it)
         self._tail = self.running[:, 1:]  # views made once: the per-episode columns ...
         self._running_t = self.running.T  # ... and the transpose the sums multiply
 
@@ -44,12 +45,25 @@ class EpisodeStats:
         """step: [N, 2 + K] this step's (reward, 1, terms); done: [N] bool; n_unstable: []
         envs reset by the NaN guard at this step (None: none)."""
         self._tail += step
-        d = done * self.counted  # [N] a staggered first episode is partial: skip it
-        self.counted.masked_fill_(done, 1.0)
+        if self.all_counted:  # host flag: no staggered first episode is still running
+            d = done.float()
+        else:
+            d = done * self.counted  # [N] a staggered first episode is partial: skip it
+            self.counted.masked_fill_(done, 1.0)
         self.sums.addmv_(self._running_t, d)
         if n_unstable is not None:
             self.unstable += n_unstable
         self._tail.masked_fill_(done[:, None], 0.0)
+
+    def restart(self, counted: Tensor | None = None) -> None:
+        """Every env starts a new episode: drop the running ones. counted: [N] bool, which
+        envs' new episodes count (False: a staggered, partial one); None: all."""
+        self._tail.zero_()
+        if counted is None:
+            self.counted.fill_(1.0)
+        else:
+            self.counted.copy_(counted)
+        self.all_counted = counted is None
 
     def pop(self, term_names: tuple[str, ...]) -> tuple[list[str], Tensor]:
         """Means over the episodes finished since the last pop, as one device vector (no
@@ -90,6 +104,7 @@ class Env:
         self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
         self._ones = torch.ones(n, device=dev)
         self._no_unstable = torch.zeros((), dtype=torch.int64, device=dev)  # read-only
+        self._first_episodes_left = 0  # steps until every staggered first episode has ended
         self.last_action = torch.zeros(n, self.action_dim, device=dev)
         self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
@@ -174,7 +189,9 @@ class Env:
         if stagger:
             self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),
                                               generator=self.gen, device=self.device)
-            self.stats.counted.copy_(self.episode_step == 0)
+        self.stats.restart(self.episode_step == 0 if stagger else None)
+        # every staggered first episode has ended by the time limit at the latest
+        self._first_episodes_left = self.max_episode_steps if stagger else 0
         self.obs = self.observe()
         return self.obs
 
@@ -193,6 +210,9 @@ class Env:
         self.sim.step(self.task.action_to_ctrl(action))
         self.last_action.copy_(action)
         self.episode_step += 1
+        if self._first_episodes_left:  # every staggered first episode has ended at the latest
+            self._first_episodes_left -= 1  # when this reaches 0: the time limit
+            self.stats.all_counted = self._first_episodes_left == 0
         unstable = self.sim.unstable if bad_action is None else self.sim.unstable | bad_action
         # where the host knows for free that every env is stable (cpu), skip the guard's
         # per-env selects and the count
@@ -221,9 +241,10 @@ class Env:
         Returns the guarded reward [N]."""
         if not self.reward_terms and terms:  # first step: fix the term order
             self.reward_terms = tuple(terms)
-            counted = self.stats.counted
+            old = self.stats
             self.stats = EpisodeStats(self.num_envs, len(terms), self.device)
-            self.stats.counted.copy_(counted)
+            self.stats.counted.copy_(old.counted)
+            self.stats.all_counted = old.all_counted
         if self._unstable_row.numel() != 2 + len(self.reward_terms):
             self._unstable_row = torch.zeros(2 + len(self.reward_terms), device=self.device)
             self._unstable_row[1] = 1.0
@@ -250,8 +271,10 @@ class Env:
         if action.device != self.device:
             raise ValueError(f"action is on {action.device}; this env runs on {self.device}")
         if self.device.type == "cpu":  # a host check is free here: refuse bad actions
-            # a finite sum means every entry is finite (the exact test runs only otherwise)
-            if not math.isfinite(action.sum()) and not bool(torch.isfinite(action).all()):
+            # a finite sum means every entry is finite (the exact test runs only otherwise);
+            # numpy's sum of the host memory costs less than torch's sum and item
+            host = (action.detach() if action.requires_grad else action).numpy()
+            if not math.isfinite(host.sum()) and not bool(torch.isfinite(action).all()):
                 bad = (~torch.isfinite(action).all(dim=-1)).nonzero().flatten().tolist()
                 raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions "
                                  "must be finite values in [-1, 1]")
@@ -290,4 +313,7 @@ class Env:
             running = torch.cat([torch.ones_like(running[:, :1]), running], 1)
         self.stats.running.copy_(running)
         self.stats.counted.copy_(counted)
+        self.stats.all_counted = bool(self.stats.counted.all())
+        # not saved: until every env is counted, at most one episode length to go
+        self._first_episodes_left = 0 if self.stats.all_counted else self.max_episode_steps
         self.obs = None if state["obs"] is None else Observation(*state["obs"])

@@ -98,6 +98,10 @@ class Task(ABC, Generic[C]):
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """Sample start states for all envs: qpos [N, nq], qvel [N, nv]."""
 
+    def restart(self) -> None:
+        """`Env.reset` calls this before resetting every env: drop anything drawn ahead
+        (a `UniformBank`), so that draws after a reseed start from the new seed."""
+
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         """Reset task state (commands, randomization) of envs where mask [N] is set."""
 

@@ -81,6 +81,9 @@ class Cartpole(Task[CartpoleConfig]):
         x = torch.addcmul(self._start_low, u, self._start_width)  # uniform in the box
         return x[:, :2], x[:, 2:]
 
+    def restart(self) -> None:
+        self._start_draws.clear()
+
     def state_dict(self) -> dict[str, Tensor]:
         return {f"start_draws/{k}": v for k, v in self._start_draws.state_dict().items()}
 

@@ -185,6 +185,7 @@ class Env:
         resets spread out instead of all envs ending together (the first, partial
         episodes are left out of the statistics)."""
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.task.restart()
         self._reset_envs(everyone)
         if stagger:
             self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),

@@ -3,8 +3,9 @@
 A task that samples every control step (start states for the envs that reset) pays one RNG
 call per step; on the CPU at a few thousand envs that call costs more than the numbers it
 draws. `UniformBank` draws `block` steps' worth at once and hands out one step's slice.
-The draws stay a deterministic function of the env's generator, and the bank is part of
-the task's checkpoint state, so a resumed run draws what a straight run would.
+The draws stay a deterministic function of the env's generator, the bank is part of the
+task's checkpoint state (a resumed run draws what a straight run would), and a task clears
+it in `Task.restart`, so that a full reset after a reseed draws what a fresh env would.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ class UniformBank:
         row = self.buf[self.next_row]
         self.next_row += 1
         return row
+
+    def clear(self) -> None:
+        """Drop the draws made ahead: the next call draws from the generator as it is then
+        (after a reseed, `Env.reset` -> `Task.restart`)."""
+        self.next_row = self.buf.shape[0]
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"buf": self.buf.clone(), "next_row": torch.tensor(self.next_row)}

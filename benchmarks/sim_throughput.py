@@ -28,8 +28,16 @@ import numpy as np
 import torch
 
 import trot
-from trot.bench import (RawRollout, env_loop, env_seconds, full_physics_columns,
-                        random_actions, raw_rollout, sim_only, sim_seconds)
+from trot.bench import (
+    RawRollout,
+    env_loop,
+    env_seconds,
+    full_physics_columns,
+    random_actions,
+    raw_rollout,
+    sim_only,
+    sim_seconds,
+)
 
 
 def interleaved(a: argparse.Namespace) -> tuple[dict[str, float], np.ndarray]:

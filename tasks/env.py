@@ -249,13 +249,13 @@ class Env:
         if self._unstable_row.numel() != 2 + len(self.reward_terms):
             self._unstable_row = torch.zeros(2 + len(self.reward_terms), device=self.device)
             self._unstable_row[1] = 1.0
-        step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
+        this_step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
         # [N, 2 + K]; an unstable env's step is (0, 1, 0...): it counts in the length only
-        step = step.nan_to_num_(0.0, 0.0, 0.0)
+        this_step = this_step.nan_to_num_(0.0, 0.0, 0.0)
         if unstable is not None:
-            step = torch.where(unstable[:, None], self._unstable_row, step)
-        self.stats.record(step, done, None if unstable is None else n_unstable)
-        return step[:, 0]
+            this_step = torch.where(unstable[:, None], self._unstable_row, this_step)
+        self.stats.record(this_step, done, None if unstable is None else n_unstable)
+        return this_step[:, 0]
 
     def _checked(self, action: Tensor) -> tuple[Tensor, Tensor | None]:
         """Validate shape/dtype/device; clip to [-1, 1]. Returns the action and a [N] mask of

@@ -111,12 +111,6 @@ class BatchedSim(Protocol):
 MAX_STATE_VALUE = 1e10
 
 
-def diverged(state: Tensor) -> Tensor:
-    """[N, D] -> [N] bool: any NaN/Inf, or any |value| > MAX_STATE_VALUE, in an env's row
-    (its qpos and qvel side by side)."""
-    return ~(state.abs() <= MAX_STATE_VALUE).all(dim=1)
-
-
 def check_field(model: mujoco.MjModel, field: str) -> tuple[int, ...]:
     """Validate a randomizable field name; return its per-env shape."""
     if field not in RANDOMIZABLE_FIELDS:

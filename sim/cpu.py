@@ -164,7 +164,7 @@ class CpuSim:
             self.all_stable = False
 
     def _diverged_np(self) -> None:
-        """`diverged` on the host arrays: NaN/Inf or beyond MAX_STATE_VALUE in a row. One
+        """[N] unstable on the host arrays: NaN/Inf or beyond MAX_STATE_VALUE in a row. One
         whole-array max decides the common case; rows are examined only when it fails."""
         a = np.abs(self._qq64_np, out=self._abs_np)
         self.all_stable = bool(a.max() <= MAX_STATE_VALUE)  # False for NaN: max keeps it

@@ -23,7 +23,7 @@ BUFFER_OVERFLOW_BITS = (_NEFC | _NJMAX_NNZ | _BROADPHASE | _NARROWPHASE | _CCD |
 
 
 def _diverged(qpos: jax.Array, qvel: jax.Array) -> jax.Array:
-    """[N] bool: any NaN/Inf or |value| > MAX_STATE_VALUE (sim.base.diverged, on device)."""
+    """[N] bool: any NaN/Inf or |value| > MAX_STATE_VALUE (as CpuSim._diverged_np, on device)."""
     x = jnp.concatenate([qpos, qvel], axis=1)
     return ~jnp.all(jnp.abs(x) <= MAX_STATE_VALUE, axis=1)
 

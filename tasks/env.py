@@ -38,6 +38,9 @@ class EpisodeStats:
         # [N] 1.0 where this env's episode started at step 0, 0.0 for a staggered start
         self.counted = torch.ones(n, device=device)
         self.all_counted = True  # counted is all ones (Env.reset(stagger=True) clears it)
+        # [2 + K] what an unstable env's step records: (0, 1, 0...), its length only
+        self.unstable_step = torch.zeros(2 + k, device=device)
+        self.unstable_step[1] = 1.0
         self._tail = self.running[:, 1:]  # views made once: the per-episode columns ...
         self._running_t = self.running.T  # ... and the transpose the sums multiply
 
@@ -110,7 +113,6 @@ class Env:
         self._shared_critic = task.critic_terms() == task.policy_terms()
         self.reward_terms: tuple[str, ...] = ()
         self.stats = EpisodeStats(n, 0, dev)
-        self._unstable_row = torch.zeros(0, device=dev)  # (0, 1, 0...): see _record
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
 
@@ -246,14 +248,11 @@ class Env:
             self.stats = EpisodeStats(self.num_envs, len(terms), self.device)
             self.stats.counted.copy_(old.counted)
             self.stats.all_counted = old.all_counted
-        if self._unstable_row.numel() != 2 + len(self.reward_terms):
-            self._unstable_row = torch.zeros(2 + len(self.reward_terms), device=self.device)
-            self._unstable_row[1] = 1.0
         this_step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
-        # [N, 2 + K]; an unstable env's step is (0, 1, 0...): it counts in the length only
+        # [N, 2 + K]
         this_step = this_step.nan_to_num_(0.0, 0.0, 0.0)
         if unstable is not None:
-            this_step = torch.where(unstable[:, None], self._unstable_row, this_step)
+            this_step = torch.where(unstable[:, None], self.stats.unstable_step, this_step)
         self.stats.record(this_step, done, None if unstable is None else n_unstable)
         return this_step[:, 0]
 

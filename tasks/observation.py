@@ -126,7 +126,6 @@ class ObsPlan:
     obs = (pool[:, index] - offset) * scale, plus uniform noise of half-width `noise`."""
 
     index: Tensor  # [D] long, columns of the pool
-    offset: Tensor  # [D]
     scale: Tensor  # [D]
     bias: Tensor  # [D] -offset * scale: the affine as one fused multiply-add
     noise: Tensor  # [D]
@@ -179,8 +178,7 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
     f = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
     clipped = any(s.term.clip for s in layout.slots)
     bias = [-o * s for o, s in zip(offset, scale)]
-    return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(offset), f(scale),
-                   f(bias), f(noise), any(n > 0 for n in noise),
+    return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(scale), f(bias), f(noise), any(n > 0 for n in noise),
                    (f(lo), f(hi)) if clipped else None)
 
 

@@ -22,20 +22,19 @@ Torch and JAX on one CUDA device (the stream rule the mjx backend relies on):
     `sim.qpos` when needed rather than keeping the tensor from an earlier step.
 
 On a GPU, JAX would by default grab 75% of the device's memory at start-up, leaving torch
-short; importing this module sets XLA_PYTHON_CLIENT_PREALLOCATE=false first (unless the
-environment already says otherwise), so JAX allocates as it goes, next to torch's allocator.
+short; building an mjx sim (`jax_device`, before JAX's first device query starts its
+backends) sets XLA_PYTHON_CLIENT_PREALLOCATE=false unless the user has set it, so JAX
+allocates as it goes, next to torch's allocator. Importing this module sets nothing.
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
+import jax
+import numpy as np
+import torch
+from torch import Tensor
 
 IMPLS = ("jax", "warp")
 IMPL_ENV = "TROT_MJX_IMPL"
@@ -67,7 +66,9 @@ def resolve_impl(device: torch.device, impl: str | None = None) -> str:
 
 
 def jax_device(device: torch.device) -> jax.Device:
-    """The JAX device that is the same memory as a torch device."""
+    """The JAX device that is the same memory as a torch device. Called where an mjx sim is
+    built: JAX reads its allocator setting when this first query starts its backends."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the user's wins
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     if device.type != "cuda":

@@ -38,21 +38,18 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-# first: the bridge sets JAX's GPU memory policy before JAX starts
-from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
-                                 to_jax, to_torch,
-                                 warp_available)
+import jax
+import mujoco
+import numpy as np
+import torch
+from mujoco import mjx
+from torch import Tensor
 
-import jax  # noqa: E402  (after the bridge)
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from mujoco import mjx  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,  # noqa: E402
+from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
                            sensor_slices, sensor_view)
-from trot.sim.mjx_programs import (_broadcast_data, _flat, _kicked,  # noqa: E402
+from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
+                                 to_jax, to_torch, warp_available)
+from trot.sim.mjx_programs import (_broadcast_data, _flat, _kicked,
                                    _masked_rows, _programs)
 
 __all__ = ["IMPLS", "IMPL_ENV", "MjxSim", "jax_device", "resolve_impl", "to_jax", "to_torch",

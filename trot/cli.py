@@ -243,7 +243,7 @@ def _print_result(out: dict, as_json: bool) -> None:
 
 def cmd_play(args: list[str]) -> int:
     """`trot play RUN_DIR [--video OUT.mp4] [--gif OUT.gif]`: see trot/play.py."""
-    from trot.play import main as play_main  # sets MUJOCO_GL before mujoco is imported
+    from trot.play import main as play_main  # chooses the GL backend when it renders
 
     return play_main(args)
 

@@ -6,25 +6,21 @@ model, which `mujoco.Renderer` draws. Locomotion tasks (those with commands) get
 tracking the robot's root body, a checkered floor to see it move against, and an overlay
 of the command next to the measured base velocity.
 
-Headless machines: MuJoCo picks its OpenGL backend from MUJOCO_GL when it is first
-imported. Unless MUJOCO_GL is set or a display is present, this module sets it to
-`osmesa` (software rendering: `apt-get install libosmesa6`); `MUJOCO_GL=egl` uses EGL
-instead (`libegl1`, GPU or Mesa). Writing mp4 needs `imageio-ffmpeg` (the `video` extra,
-which ships an ffmpeg binary); GIFs are written with Pillow.
+Headless machines: the OpenGL backend is chosen when rendering starts, never at import (an
+environment variable set at import would reach every child process, and MuJoCo's own import
+fails in a child whose MUJOCO_GL names a library that is not installed). MUJOCO_GL wins if
+set; otherwise GLFW with a display, else OSMesa where libOSMesa is installed (software
+rendering: `apt-get install libosmesa6`), else EGL (`libegl1`, GPU or Mesa). Writing mp4
+needs `imageio-ffmpeg` (the `video` extra, which ships an ffmpeg binary); GIFs are written
+with Pillow.
 """
 
 from __future__ import annotations
 
-import os
-
-# Before mujoco is imported anywhere (the imports below import it): see the docstring.
-if not os.environ.get("MUJOCO_GL") and not (os.environ.get("DISPLAY")
-                                           or os.environ.get("WAYLAND_DISPLAY")):
-    os.environ["MUJOCO_GL"] = "osmesa"
-GL = os.environ.get("MUJOCO_GL", "").strip().lower()
-
+import ctypes.util
 import importlib
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,14 +58,69 @@ class PlayArgs:
     """seed for start states and commands"""
 
 
-def _bind_gl() -> None:
-    """If mujoco was imported before MUJOCO_GL was set here (another module imported it
-    first), its Renderer would use its default (GLFW, which needs a display): point it at
-    the backend chosen above."""
+NO_GL_HINT = ("headless Linux needs OSMesa (apt-get install libosmesa6) or EGL (apt-get "
+              "install libegl1, then MUJOCO_GL=egl)")
+
+
+def gl_backend() -> str:
+    """The OpenGL backend rendering will use: MUJOCO_GL if set, else GLFW with a display,
+    else OSMesa if libOSMesa is installed, else EGL."""
+    chosen = os.environ.get("MUJOCO_GL", "").strip().lower()
+    if chosen:
+        return chosen
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return "glfw"
+    if ctypes.util.find_library("OSMesa"):
+        return "osmesa"
+    return "egl"
+
+
+def _context_class(backend: str) -> type:
+    """MuJoCo's GLContext class for a backend, imported now. mujoco.osmesa and mujoco.egl
+    set PYOPENGL_PLATFORM for PyOpenGL's first import; that is restored afterwards, so
+    child processes inherit the environment the user gave."""
+    if backend not in ("osmesa", "egl", "glfw"):
+        raise RuntimeError(f"MUJOCO_GL={backend!r} is not an offscreen backend trot can "
+                           "use; accepted: osmesa, egl, glfw")
+    saved = os.environ.get("PYOPENGL_PLATFORM")
+    try:
+        return importlib.import_module(f"mujoco.{backend}").GLContext
+    finally:
+        if saved is None:
+            os.environ.pop("PYOPENGL_PLATFORM", None)
+        else:
+            os.environ["PYOPENGL_PLATFORM"] = saved
+
+
+def open_renderer(model: mujoco.MjModel, height: int, width: int) -> mujoco.Renderer:
+    """mujoco.Renderer on the backend `gl_backend()` names, or a RuntimeError that says
+    what to install. mujoco's own choice (made at its import) is swapped for ours only
+    while the renderer creates its context."""
     from mujoco.rendering.classic import gl_context
 
-    if GL in ("osmesa", "egl") and getattr(gl_context, "_MUJOCO_GL", GL) != GL:
-        gl_context.GLContext = importlib.import_module(f"mujoco.{GL}").GLContext
+    backend = gl_backend()
+    old = gl_context.GLContext
+    try:
+        gl_context.GLContext = _context_class(backend)
+        return mujoco.Renderer(model, height, width)
+    except Exception as e:  # noqa: BLE001 (PyOpenGL raises AttributeError, OSError, ...)
+        raise RuntimeError(f"offscreen rendering failed (OpenGL backend {backend}): "
+                           f"{type(e).__name__}: {str(e).rstrip('.')}. {NO_GL_HINT}") from e
+    finally:
+        gl_context.GLContext = old
+
+
+def probe_gl() -> None:
+    """Render one small frame (the check the rendering tests and CI run); raises the
+    RuntimeError of `open_renderer` where no backend loads."""
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><light pos='0 0 2'/><geom size='0.1'/></worldbody></mujoco>")
+    r = open_renderer(model, 16, 16)
+    try:
+        r.update_scene(mujoco.MjData(model))
+        r.render()
+    finally:
+        r.close()
 
 
 def render_model(env: Env) -> mujoco.MjModel:
@@ -171,14 +222,7 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
     limit = math.inf if a.seconds == 0 else round(a.seconds / env.control_dt)
     g = model.vis.global_
     g.offwidth, g.offheight = max(g.offwidth, a.width), max(g.offheight, a.height)
-    _bind_gl()
-    try:
-        renderer = mujoco.Renderer(model, a.height, a.width)
-    except Exception as e:  # no GL backend: say what to install instead of a GL trace
-        raise RuntimeError(
-            f"offscreen rendering failed (MUJOCO_GL={GL or 'unset'}): {e}. Headless Linux "
-            "needs OSMesa (apt-get install libosmesa6) or EGL (libegl1; MUJOCO_GL=egl)"
-        ) from e
+    renderer = open_renderer(model, a.height, a.width)
     frames: list[np.ndarray] = []
     returns: list[float] = []
     ret, step, t = 0.0, 0, 0.0

@@ -1,0 +1,48 @@
+"""Deterministic fault injection for tests: crash or stall a process at a named point.
+
+Random kills make flaky tests; named points make a crash reproducible. Two environment
+variables, read when a point is passed (never at import, so importing trot sets nothing):
+
+    TROT_CRASH_AT="POINT[:K]"          os._exit(CRASH_EXIT) the K-th time (default 1st) this
+                                       process passes POINT
+    TROT_DELAY_AT="POINT:SECONDS[:R]"  sleep SECONDS at POINT, only on rank R if given
+                                       (the RANK that torchrun sets; 0 without it)
+
+Several entries may be given, separated by commas. Points are passed at most a few times
+per iteration (checkpoint and log writes, shutdown), never per control step.
+
+Points: "tmp-written" (a temporary file is complete, before its rename), "checkpoint-saved"
+(after checkpoint.pt's rename), "logged" (after a metrics row, before that iteration's
+checkpoint), "before-shutdown" (a rank is about to leave its process group).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+CRASH_ENV = "TROT_CRASH_AT"
+DELAY_ENV = "TROT_DELAY_AT"
+CRASH_EXIT = 86
+"""exit status of an injected crash (distinct from Python's 1 and the CLI's 2)"""
+
+_passes: dict[str, int] = {}
+
+
+def _entries(var: str) -> list[list[str]]:
+    raw = os.environ.get(var, "")
+    return [e.strip().split(":") for e in raw.split(",") if e.strip()]
+
+
+def point(name: str) -> None:
+    """Pass the named point: crash or sleep here if the environment asks for it."""
+    if CRASH_ENV not in os.environ and DELAY_ENV not in os.environ:
+        return
+    _passes[name] = n = _passes.get(name, 0) + 1
+    for e in _entries(CRASH_ENV):
+        if e[0] == name and n == (int(e[1]) if len(e) > 1 else 1):
+            os._exit(CRASH_EXIT)  # no cleanup, no finally blocks: as a kill -9 would
+    for e in _entries(DELAY_ENV):
+        rank = os.environ.get("RANK", "0")
+        if e[0] == name and (len(e) < 3 or e[2] == rank):
+            time.sleep(float(e[1]))

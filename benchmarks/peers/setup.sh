@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/peers/setup.sh [VENV]          # default VENV: /work/peers-venv
 #   PEERS_VENV=/path bash benchmarks/peers/setup.sh
-#   bash benchmarks/peers/setup.sh --pinned        # install benchmarks/peers/requirements.txt
+#   bash benchmarks/peers/setup.sh --pinned [VENV] # install benchmarks/peers/requirements.txt
 #
 # A venv of its own because rl_games and SB3 bring their own dependency trees (tensorboard,
 # pygame, ...) that trot's environment has no need of. Order matters: torch==2.13.0 first
@@ -39,15 +39,26 @@ else
     if ! "${pip[@]}" envpool; then
         echo "setup.sh: envpool did not install; use rlgames_ant.py --backend gymnasium" >&2
     fi
-    # pins: the packages the peers import, and the ones whose version changes results
-    "$venv/bin/python" -m pip freeze | grep -i -E \
-        '^(torch|numpy|gymnasium|mujoco|mujoco-core|stable[-_]baselines3|rl[-_]games|envpool|envpool-assets|pyyaml|tensorboardx|cloudpickle|psutil|setproctitle)==' \
-        | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' > "$here/requirements.txt"
+    # pins: every distribution whose modules the peers import at run time (sys.modules
+    # after a short run of sb3_ant.py and of rlgames_ant.py on both backends, and after
+    # torch.compile's imports), plus rl_games' other dependencies and envpool-assets.
+    # Without the indirect ones (imageio from gymnasium[mujoco]'s extra, matplotlib from
+    # envpool, ...) --pinned would install whatever is newest, or miss an extra entirely.
+    pins=(torch numpy gymnasium farama-notifications cloudpickle typing-extensions
+          mujoco mujoco-core mujoco-studio glfw imageio pillow packaging
+          stable-baselines3 psutil rl-games pyyaml setproctitle tensorboardx tensorboard
+          protobuf absl-py optree filelock fsspec jinja2 markupsafe sympy mpmath networkx
+          envpool envpool-assets envpool-assets-mujoco-large dm-env
+          matplotlib cycler fonttools kiwisolver pyparsing python-dateutil)
+    re="$(IFS='|'; echo "${pins[*]}" | sed 's/[-_.]/[-_.]/g')"
+    "$venv/bin/python" -m pip freeze | grep -i -E "^($re)==" \
+        | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' | LC_ALL=C sort -f -t= -k1,1 > "$here/requirements.txt"
 fi
 
 # check: Ant-v5 steps in this venv, and which MuJoCo it runs on
 "$venv/bin/python" - <<'EOF'
 import gymnasium as gym, mujoco, numpy as np
+import stable_baselines3, rl_games.torch_runner  # the peers' own imports (tensorboard, ...)
 env = gym.make("Ant-v5", include_cfrc_ext_in_observation=False)
 obs, _ = env.reset(seed=0)
 for _ in range(10):

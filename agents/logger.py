@@ -23,7 +23,13 @@ def fmt_duration(seconds: float) -> str:
 
 
 class RunLogger:
-    def __init__(self, run_dir: Path, tensorboard: bool = True, curve_every_s: float = 10.0):
+    """Appends one row per iteration. `iteration` and `env_steps` are where the run stands
+    (its checkpoint's on resume): rows a crashed process logged after that checkpoint are
+    dropped from metrics.csv and purged from TensorBoard, so a resumed run's logs continue
+    from the checkpoint with no repeated iteration."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, curve_every_s: float = 10.0,
+                 iteration: int = 0, env_steps: int = 0):
         self.dir = run_dir
         self.csv_path = run_dir / "metrics.csv"
         self.columns: list[str] | None = None
@@ -34,15 +40,23 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tb"))
-        if self.csv_path.exists():  # resumed run: keep its rows and columns
-            with open(self.csv_path) as f:
-                rows = list(csv.DictReader(f))
-            if rows:
-                self.columns = list(rows[0].keys())
-                self.history = [(float(r["env_steps"]), float(r["wall_s"]),
-                                 float(r["episode_return"])) for r in rows
-                                if r.get("episode_return")]
+            # events at env steps after the checkpoint's are discarded (the x-axis)
+            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=env_steps + 1 if
+                                    env_steps else None)
+        if self.csv_path.exists():  # resumed run: keep its rows up to the checkpoint
+            self._truncate(iteration)
+
+    def _truncate(self, iteration: int) -> None:
+        with open(self.csv_path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns, rows = reader.fieldnames, list(reader)
+        keep = [r for r in rows if _row_iteration(r) is not None
+                and _row_iteration(r) <= iteration]  # a torn last row has no iteration
+        self.columns = list(columns) if columns and iteration > 0 else None
+        if len(keep) < len(rows) or self.columns is None:
+            self._rewrite(keep)
+        self.history = [(float(r["env_steps"]), float(r["wall_s"]), float(r["episode_return"]))
+                        for r in keep if r.get("episode_return")]
 
     def log(self, m: dict[str, float]) -> None:
         new = sorted(k for k in m if k not in (self.columns or CORE_COLUMNS))
@@ -66,10 +80,17 @@ class RunLogger:
             with open(self.csv_path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self.columns = (self.columns or list(CORE_COLUMNS)) + new
+        self._rewrite(rows)
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """metrics.csv as exactly these rows (atomically; no file when there are no columns)."""
+        if self.columns is None:
+            self.csv_path.unlink(missing_ok=True)
+            return
 
         def write(path: Path) -> None:
             with open(path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=self.columns)
+                w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
                 w.writeheader()
                 w.writerows(rows)
 
@@ -102,6 +123,13 @@ class RunLogger:
         self.draw_curve()
         if self.tb is not None:
             self.tb.close()
+
+
+def _row_iteration(row: dict[str, str]) -> int | None:
+    try:
+        return int(float(row["iteration"])) if None not in row.values() else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _cell(v: float | None) -> str:

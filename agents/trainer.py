@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 import trot
+from trot import faults
 from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
-                                   save_checkpoint)
+                                   remove_stale_temps, save_checkpoint)
 from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
@@ -174,7 +175,10 @@ class Trainer:
     def train(self, run_dir: Path, quiet: bool = False) -> Path:
         main = self.comm.is_main
         quiet = quiet or not main  # rank 0 alone prints, logs and writes files
-        logger = RunLogger(run_dir) if main else None
+        if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
+            remove_stale_temps(run_dir)
+        logger = RunLogger(run_dir, iteration=self.iteration,
+                           env_steps=self.env_steps) if main else None
         stop = _StopFlag()
         start = time.monotonic() - self.wall_s
         last = (time.monotonic(), self.env_steps)
@@ -190,6 +194,7 @@ class Trainer:
                     last = (now, self.env_steps)
                     if logger is not None:
                         logger.log(m)
+                        faults.point("logged")
                     if not quiet and self.iteration % self.cfg.log_every == 0:
                         print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
                               flush=True)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from trot.agents.checkpoint import temp_prefix
 from trot.agents.evaluate import LoadedRun, load_run
 from trot.export.contract import build_contract, dumps, sha256
 
@@ -106,7 +107,7 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
                               sha256(xml.encode()))
     text = dumps(contract)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("export"), suffix=".tmp", dir=out))
     try:
         (tmp / "model.xml").write_text(xml)
         (tmp / "policy.json").write_text(text)

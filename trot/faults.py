@@ -11,7 +11,8 @@ variables, read when a point is passed (never at import, so importing trot sets 
 Several entries may be given, separated by commas. Points are passed at most a few times
 per iteration (checkpoint and log writes, shutdown), never per control step.
 
-Points: "tmp-written" (a temporary file is complete, before its rename), "checkpoint-saved"
+Points: "tmp-written-NAME" (the temporary file of NAME, e.g. checkpoint.pt, is complete, not
+yet renamed), "checkpoint-saved"
 (after checkpoint.pt's rename), "logged" (after a metrics row, before that iteration's
 checkpoint), "before-shutdown" (a rank is about to leave its process group).
 """

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import load_run
 from trot.tasks.env import Env
 
@@ -266,16 +267,18 @@ def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> None:
         raise RuntimeError("writing mp4 needs imageio-ffmpeg: pip install 'trot[video]'"
                            ) from None
     h, w = _even(frames[0]).shape[:2]
-    tmp = path.with_name(path.name + ".tmp.mp4")
-    writer = imageio_ffmpeg.write_frames(str(tmp), (w, h), fps=fps, codec="libx264",
-                                         macro_block_size=1, quality=7)
-    writer.send(None)  # start ffmpeg
-    try:
-        for f in frames:
-            writer.send(_even(f))
-    finally:
-        writer.close()
-    os.replace(tmp, path)  # never a half-written file under the final name
+
+    def write(tmp: Path) -> None:  # ffmpeg picks the container from the .mp4 suffix
+        writer = imageio_ffmpeg.write_frames(str(tmp), (w, h), fps=fps, codec="libx264",
+                                             macro_block_size=1, quality=7)
+        writer.send(None)  # start ffmpeg
+        try:
+            for f in frames:
+                writer.send(_even(f))
+        finally:
+            writer.close()
+
+    atomic_write(path, write, suffix=".tmp.mp4")  # never half a file under the final name
 
 
 def write_gif(path: Path, frames: list[np.ndarray], fps: float, colors: int = 256) -> None:
@@ -285,10 +288,9 @@ def write_gif(path: Path, frames: list[np.ndarray], fps: float, colors: int = 25
     sample = np.concatenate(frames[:: max(1, len(frames) // 8)][:8], axis=0)
     palette = Image.fromarray(sample).quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
     q = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in imgs]
-    tmp = path.with_name(path.name + ".tmp.gif")
-    q[0].save(tmp, format="GIF", save_all=True, append_images=q[1:], loop=0,
-              duration=round(1000.0 / fps), optimize=False)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: q[0].save(tmp, format="GIF", save_all=True,
+                                             append_images=q[1:], loop=0,
+                                             duration=round(1000.0 / fps), optimize=False))
 
 
 def play(run_dir: Path, a: PlayArgs) -> dict[str, object]:

@@ -111,13 +111,16 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
         raise CheckpointError(f"no checkpoint at {path}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:  # weights_only refused a global
+    except pickle.UnpicklingError as e:
+        if "GLOBAL" not in str(e):  # not a refused object: garbage bytes
+            raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
+                                  f"{_first_line(e)}") from e
         raise CheckpointError(
             f"refused to load {path}: it holds Python objects other than tensors and plain "
             "containers, and loading those could run code from the file (trot's checkpoints "
             "never need them). Only if you trust its source: load it with torch.load(p, "
             "weights_only=False), keep the tensors and plain containers, and save it again. "
-            f"Detail: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            f"Refused: {_refused(e)}") from e
     except Exception as e:  # truncated, garbage, wrong format
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {e}") from e
     if not isinstance(payload, dict) or "model" not in payload:
@@ -155,3 +158,12 @@ class Rollback:
             self.optimizer.state.clear()
             live = self._live()
         torch._foreach_copy_(live, self.saved)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _refused(e: Exception) -> str:
+    """The line of torch's message that names the refused global."""
+    return next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), _first_line(e))

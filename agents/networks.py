@@ -73,12 +73,14 @@ class Actor(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]
         return self.mean(self.torso(self.normalizer(obs)))
 
-    def sample(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def sample(self, obs: Tensor, gen: torch.Generator | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
         """Actions [B, A] = mean + std * eps, their log-probs [B] and the means [B, A]. The
         log-prob comes from eps directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2, a
-        few ops fewer per control step than torch.distributions.Normal."""
+        few ops fewer per control step than torch.distributions.Normal. eps is drawn from
+        `gen` (the trainer's checkpointed noise generator; default torch's global one)."""
         mean = self(obs)
-        eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device)
+        eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device, generator=gen)
         action = torch.addcmul(mean, eps, self.log_std.exp())
         const = self.log_std.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
         return action, eps.square().sum(-1).mul_(-0.5).sub_(const), mean

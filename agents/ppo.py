@@ -76,11 +76,12 @@ class PPO:
                                                    and not self.cfg.clip)
 
     @torch.no_grad()
-    def act(self, obs: Tensor, actor: torch.nn.Module | None = None
-            ) -> tuple[Tensor, Tensor, Tensor]:
+    def act(self, obs: Tensor, actor: torch.nn.Module | None = None,
+            gen: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions [N, A]; return them with log-probs [N] and the means [N, A].
-        `actor`: the behaviour actor (a lagged snapshot); default the learner's own."""
-        return (self.ac.actor if actor is None else actor).sample(obs)
+        `actor`: the behaviour actor (a lagged snapshot); default the learner's own.
+        `gen`: the generator of the action noise."""
+        return (self.ac.actor if actor is None else actor).sample(obs, gen)
 
     @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:

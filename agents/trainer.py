@@ -46,14 +46,15 @@ class Trainer:
         dev = env.device
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
         comm.broadcast_module(self.ac)  # identical replicas from the start
-        if comm.distributed:  # but each rank samples its own action noise
-            torch.manual_seed(rank_seed(cfg.seed, comm.rank))
         self.algo = PPO(self.ac, a, dev, comm)
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                         env.critic_obs_dim, env.action_dim, dev)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed + 1, comm.rank))
+        # action noise: an explicit, checkpointed generator on the device (each rank its
+        # own stream), so a resumed run draws what the straight one would, on a GPU too
+        self.noise_gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed, comm.rank))
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0
@@ -77,7 +78,7 @@ class Trainer:
             actor.load_state_dict(self.actor_snapshots[0])  # K updates old
         for t in range(ro.steps):
             obs = env.obs
-            action, log_prob, mean = self.algo.act(obs.policy, actor)
+            action, log_prob, mean = self.algo.act(obs.policy, actor, self.noise_gen)
             res = env.step(action)
             ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
                      log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
@@ -134,6 +135,7 @@ class Trainer:
         env and sampling states are gathered into rank 0's file, so resume restores all."""
         ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
                                                   "gen": self.gen.get_state(),
+                                                  "noise_gen": self.noise_gen.get_state(),
                                                   "torch_rng": torch.get_rng_state()}))
         if ranks is None:
             return None
@@ -155,6 +157,12 @@ class Trainer:
             self.env.load_state_dict(mine["env"])
             self.gen.set_state(mine["gen"])
             torch.set_rng_state(mine["torch_rng"])
+            # checkpoints before the noise generator: the noise came from the global CPU
+            # generator, whose state (same format) continues that stream exactly
+            noise = mine.get("noise_gen", mine["torch_rng"] if self.env.device.type == "cpu"
+                             else None)
+            if noise is not None:
+                self.noise_gen.set_state(noise)
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now

@@ -107,6 +107,9 @@ class CpuSim:
         self._data64 = {f: self._rne64[f] if f in self._rne64 else self._b.bind(f)
                         for f in self.fields}
         self._data32 = {f: torch.zeros(a.shape) for f, a in self._data64.items()}
+        # precise values a checkpoint restored, read until the next step recomputes them
+        # (a forward at the restored state is not what mj_step left: xpos lags a step)
+        self._restored64: dict[str, np.ndarray] = {}
         self._rne_post(np.arange(n))
         self._sensors = sensor_slices(model)
         self._params32: dict[str, Tensor] = {}
@@ -127,7 +130,9 @@ class CpuSim:
 
     def data(self, name: str, precise: bool = False) -> Tensor:
         try:
-            return _view(self._data64[name]) if precise else self._data32[name]
+            if precise:
+                return _view(self._restored64.get(name, self._data64[name]))
+            return self._data32[name]
         except KeyError:
             raise KeyError(f"MjData field {name!r} is not tracked; this sim tracks "
                            f"{list(self.fields)} (Task.data_fields)") from None
@@ -157,6 +162,7 @@ class CpuSim:
             failed = e.ids
         if self._rne64:
             self._rne_post(np.arange(self.num_envs))
+        self._restored64 = {}
         self._refresh()
         self._diverged_np()
         if failed is not None:
@@ -201,6 +207,8 @@ class CpuSim:
         self._unstable_np[ids] = False
         if not self.all_stable:
             self.all_stable = not self._unstable_np.any()
+        for f, saved in self._restored64.items():  # reset rows: the fresh forward's values
+            saved[ids] = self._data64[f][ids]
         self._refresh_rows(ids)
 
     def _forward(self, ids: np.ndarray) -> None:
@@ -251,6 +259,8 @@ class CpuSim:
         out = {"state": torch.from_numpy(self._b.state.copy()),
                "sensordata": self._sens64.clone()}
         out.update({f"data/{f}": t.clone() for f, t in self._data32.items()})
+        out.update({f"data64/{f}": self.data(f, precise=True).clone()
+                    for f in self._data64})
         for field in RANDOMIZABLE_FIELDS:  # only the fields some env has its own values of
             per_env = self._b.expanded(field)
             if per_env is not None:
@@ -270,5 +280,7 @@ class CpuSim:
         for f, t in self._data32.items():  # ... and tracked fields, where saved
             saved = state.get(f"data/{f}")
             t.copy_(_view(self._data64[f]) if saved is None else saved)
+        self._restored64 = {f: state[f"data64/{f}"].numpy().copy() for f in self._data64
+                            if f"data64/{f}" in state}
         self.unstable.zero_()
         self.all_stable = True

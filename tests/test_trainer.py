@@ -19,6 +19,7 @@ from trot.agents.config import PPOConfig
 from trot.agents.trainer import (CHECKPOINT, MAX_CONSECUTIVE_NAN, TrainingDiverged, build,
                                  resume_run)
 from trot.config import TrainConfig, save_json
+from trot.tasks.registry import get_task, task_names
 
 TASK = "cartpole-balance"
 WALL_KEYS = ("wall_s", "steps_per_s")
@@ -117,6 +118,71 @@ def test_resume_is_bitwise_identical_to_straight_run(tmp_path):
     _assert_same(second.gen.get_state(), straight.gen.get_state(), "gen")
     _assert_same(torch.get_rng_state(), rng_straight, "torch_rng")
     assert second.env_steps == straight.env_steps and second.iteration == straight.iteration
+
+
+@pytest.mark.parametrize("task", task_names())
+def test_resume_is_bitwise_on_every_task(tmp_path, task):
+    """Straight against checkpointed-and-resumed, on every registered task (cpu backend):
+    tasks differ in what the sim tracks (gym-ant's cfrc_ext, go1's randomized parameters),
+    and a state the checkpoint misses shows up as differing weights."""
+    agent = dataclasses.replace(get_task(task).agent or PPOConfig(), rollout_steps=4,
+                                minibatches=2, epochs=2, actor_hidden=(16,),
+                                critic_hidden=(16,))
+    cfg = TrainConfig(task=task, num_envs=4, agent=agent, max_env_steps=10**7,
+                      run_dir=str(tmp_path / "run"), torch_threads=1, update_threads=1)
+    straight = build(cfg)
+    m_straight = [_no_wall(straight.iterate()) for _ in range(4)]
+    first, run_dir = _new_run(cfg)
+    m_split = [_no_wall(first.iterate()) for _ in range(2)]
+    first.save(run_dir)
+    del first
+    torch.manual_seed(999)  # a new process starts from another global RNG state
+    second = resume_run(run_dir)
+    m_split += [_no_wall(second.iterate()) for _ in range(2)]
+    _assert_same(second.ac.state_dict(), straight.ac.state_dict(), "model")
+    _assert_same(second.algo.optimizer.state_dict(), straight.algo.optimizer.state_dict(),
+                 "optimizer")
+    _assert_same(second.env.state_dict(), straight.env.state_dict(), "env")
+    assert m_split == m_straight
+
+
+def test_action_noise_comes_from_the_checkpointed_generator(tmp_path):
+    """Not from torch's global generator, which a GPU checkpoint would not restore."""
+    trainer, run_dir = _new_run(_cfg(tmp_path, num_envs=4))
+    before, noise = torch.get_rng_state(), trainer.noise_gen.get_state()
+    trainer.collect()
+    assert torch.equal(torch.get_rng_state(), before)  # the global stream is untouched
+    assert not torch.equal(trainer.noise_gen.get_state(), noise)
+    trainer.save(run_dir)
+    saved = load_checkpoint(run_dir / CHECKPOINT)["ranks"][0]["noise_gen"]
+    assert torch.equal(saved, trainer.noise_gen.get_state())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_resume_is_bitwise_on_the_gpu(tmp_path, monkeypatch):
+    """The learner on a GPU (cpu sim): the action noise comes from a checkpointed device
+    generator. Needs torch's deterministic algorithms (scatter/index_add kernels use
+    atomics) and CUBLAS_WORKSPACE_CONFIG=:4096:8 for deterministic cuBLAS."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    try:
+        cfg = dataclasses.replace(_cfg(tmp_path), device="cuda")
+        straight = build(cfg)
+        for _ in range(4):
+            straight.iterate()
+        first, run_dir = _new_run(cfg)
+        for _ in range(2):
+            first.iterate()
+        first.save(run_dir)
+        del first
+        second = resume_run(run_dir)
+        for _ in range(2):
+            second.iterate()
+        _assert_same(second.ac.state_dict(), straight.ac.state_dict(), "model")
+        _assert_same(second.algo.optimizer.state_dict(),
+                     straight.algo.optimizer.state_dict(), "optimizer")
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def test_checkpoint_holds_the_whole_training_state(tmp_path):

@@ -96,8 +96,25 @@ def write_onnx(policy: nn.Module, obs_dim: int, path: Path, metadata: str) -> No
     onnx.save(model, str(path))
 
 
+EXPORT_DEPS = ("onnx", "onnxruntime", "onnxscript")  # the `export` extra
+
+
+def require_export_deps() -> None:
+    """Raise ExportError naming the export extra's missing packages and the install."""
+    missing = []
+    for name in EXPORT_DEPS:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ExportError(f"exporting needs the export extra ({', '.join(missing)} not "
+                          "installed): pip install 'trot[export]'")
+
+
 def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> ParityReport:
     """Export a run's last checkpoint into `out` (default: the run directory)."""
+    require_export_deps()
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir
     run = load_run(run_dir, num_envs=64)

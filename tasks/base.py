@@ -19,9 +19,33 @@ from trot.sim.base import BatchedSim
 from trot.tasks.observation import ObsTerm
 
 
+def _numbers(v: object) -> tuple[float, ...] | None:
+    vals = v if isinstance(v, tuple) else (v,)
+    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
+    return tuple(float(x) for x in vals) if ok else None
+
+
+# The checks every task config gets from its field names and shapes, one row each:
+# (which fields, the check, what is accepted). A task adds its own by overriding validate.
+FIELD_RULES = (
+    (lambda name, v: name.endswith("_seconds"), lambda v: all(x > 0 for x in v),
+     "> 0 (a duration in seconds)"),
+    (lambda name, v: name == "substeps", lambda v: v[0] >= 1 and v[0] == int(v[0]),
+     "an integer >= 1"),
+    (lambda name, v: name.endswith(("_fraction", "_prob", "_probability")),
+     lambda v: all(0.0 <= x <= 1.0 for x in v), "in [0, 1] (a probability)"),
+    (lambda name, v: isinstance(v, tuple) and len(v) == 2, lambda v: v[0] <= v[1],
+     "a range (low, high) with low <= high"),
+)
+
+
 @dataclass(frozen=True)
 class TaskConfig:
-    """Fields every task has; a task's config subclasses this with its own fields."""
+    """Fields every task has; a task's config subclasses this with its own fields.
+
+    `validate` checks every field by its name and shape (FIELD_RULES): `*_seconds` are
+    durations (> 0), `*_fraction` / `*_prob` are probabilities in [0, 1], two-number tuples
+    are ranges (low <= high), `substeps` is an integer >= 1."""
 
     episode_seconds: float = 10.0
     """time limit; reaching it truncates the episode (bootstrapped), it never terminates"""
@@ -29,6 +53,17 @@ class TaskConfig:
     """physics steps per control step (control dt = substeps * MJCF timestep)"""
     obs_noise: bool = True
     """add each observation term's training noise (never in eval or export)"""
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field (as `env.NAME`) and what is accepted."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            nums = _numbers(v)
+            if not nums:  # not numbers (None) or an empty tuple
+                continue
+            for applies, ok, accepted in FIELD_RULES:
+                if applies(f.name, v) and not ok(nums):
+                    raise ValueError(f"env.{f.name} must be {accepted}, got {v!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "TaskConfig":

@@ -66,6 +66,7 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     if type(cfg) is not type(entry.config):
         raise TypeError(f"config for {task!r} must be a {type(entry.config).__name__}, "
                         f"got {type(cfg).__name__}")
+    cfg.validate()
     t = entry.task_cls(cfg)
     model = compile_model(t)
     s = make_sim(sim, model, num_envs, cfg.substeps, device, fields=t.data_fields)

@@ -160,3 +160,29 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     assert state["iteration"] >= 1
     assert state["env_steps"] == state["iteration"] * 64 * 16
     assert not [p for p in os.listdir(d) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--env.episode-seconds", ["-1"], "env.episode_seconds must be > 0"),
+    ("--env.standing-fraction", ["1.5"], "env.standing_fraction must be in [0, 1]"),
+    ("--env.lin-vel-x", ["1", "-1"], "env.lin_vel_x must be a range (low, high) with low <= "),
+    ("--env.push-interval-seconds", ["0", "3"], "env.push_interval_seconds must be > 0"),
+    ("--env.substeps", ["0"], "env.substeps must be an integer >= 1"),
+])
+def test_bad_task_config_is_refused_before_training(tmp_path, capsys, flag, value, message):
+    """Task configs are checked as agent configs are (before: one-step episodes trained)."""
+    d = tmp_path / "run"
+    assert _run(["train", "go1-flat", flag, *value, "--run-dir", str(d)]) == 2
+    assert message in capsys.readouterr().err
+    assert not d.exists()
+
+
+def test_train_says_when_the_export_extra_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime fails
+    d = tmp_path / "run"
+    assert _run(["train", TASK, "--num-envs", "8", "--max-env-steps", "64", "--run-dir",
+                 str(d), "--agent.rollout-steps", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "not exported" in err and "onnxruntime" in err
+    assert "pip install 'trot[export]'" in err and f"trot export {d}" in err
+    assert (d / CKPT).is_file() and not (d / "policy.onnx").exists()

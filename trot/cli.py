@@ -169,11 +169,13 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
 
 
 def _export_after_training(run_dir: Path) -> None:
+    """Export, or say why not: the run is complete either way (its checkpoint is written)."""
+    from trot.export.onnx import ExportError, export_run
+
     try:
-        from trot.export.onnx import export_run
-    except ImportError:  # export extra not installed, or the module not there yet
-        return
-    export_run(run_dir)
+        export_run(run_dir)
+    except ExportError as e:
+        print(f"trot: not exported: {e}; then run: trot export {run_dir}", file=sys.stderr)
 
 
 def cmd_eval(args: list[str]) -> int:

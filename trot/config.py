@@ -86,6 +86,8 @@ class TrainConfig:
         if self.actor_lag < 0:
             raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
         self.agent_effective.validate(self.num_envs)
+        if self.env is not None:
+            self.env.validate()
 
 
 def to_json(cfg: TrainConfig) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from trot import __version__
 from trot.tasks.env import Env
+from trot.tasks.registry import get_task
 
 CONTRACT_VERSION = 1
 
@@ -69,6 +70,7 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
         "contract_version": CONTRACT_VERSION,
         "trot_version": __version__,
         "task": env.name,
+        "task_source": get_task(env.name).source.to_json(),  # sim2sim finds user tasks
         "task_config": json.loads(json.dumps(dataclasses.asdict(task_config))),
         "training_env_steps": int(env_steps),
         "opset": opset,

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from trot.export.runner import ObservationBuilder, OnnxPolicy
-from trot.tasks.registry import get_task
+from trot.tasks.registry import get_task, is_registered
+from trot.tasks.sources import load_recorded
 from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 
 
@@ -72,6 +73,8 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
     policy = OnnxPolicy(run_dir)  # an export directory is self-contained
+    if not is_registered(policy.contract["task"]):  # a user task: its recorded source
+        load_recorded(policy.contract.get("task_source"), Path(run_dir))
     entry = get_task(policy.contract["task"])
     task = entry.task_cls(type(entry.config).from_dict(policy.contract["task_config"]))
     model = mujoco.MjModel.from_xml_path(str(policy.model_xml))

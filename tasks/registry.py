@@ -12,6 +12,8 @@ import torch
 from trot.sim import make_sim
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.env import Env
+from trot.tasks.sources import (BUILTIN, HOW_TO_ADD, DuplicateTaskError, TaskSource,
+                                current_source, load_plugins)
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class TaskEntry:
     description: str
     agent: Any = None
     """tuned agent defaults for this task (a trot.agents config), or None for the global ones"""
+    source: TaskSource = BUILTIN
+    """where the task's code lives (recorded by runs and exports; tasks/sources.py)"""
 
 
 _REGISTRY: dict[str, TaskEntry] = {}
@@ -29,25 +33,35 @@ _REGISTRY: dict[str, TaskEntry] = {}
 
 def register(name: str, task_cls: type[Task], config: TaskConfig, description: str,
              agent: Any = None) -> TaskEntry:
+    source = current_source()
     if name in _REGISTRY:
-        raise ValueError(f"task {name!r} is already registered")
+        raise DuplicateTaskError(f"task {name!r} is registered twice: by "
+                         f"{_REGISTRY[name].source.describe()} and by {source.describe()}")
     if not (is_dataclass(config) and isinstance(config, TaskConfig)):
         raise TypeError(f"config for {name!r} must be a TaskConfig dataclass instance")
-    entry = TaskEntry(name, task_cls, config, description, agent)
+    entry = TaskEntry(name, task_cls, config, description, agent, source)
     _REGISTRY[name] = entry
     return entry
 
 
 def task_names() -> list[str]:
+    load_plugins()
     return sorted(_REGISTRY)
 
 
+def is_registered(name: str) -> bool:
+    load_plugins()
+    return name in _REGISTRY
+
+
 def get_task(name: str) -> TaskEntry:
+    load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(
-            f"unknown task {name!r}; available tasks: {', '.join(task_names())}"
+            f"unknown task {name!r}; available tasks: {', '.join(task_names())}. To add "
+            f"{HOW_TO_ADD}"
         ) from None
 
 

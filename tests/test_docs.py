@@ -1,47 +1,101 @@
-"""The code on docs/tasks.md runs as written: a user can add a task from that page."""
+"""The code on docs/tasks.md runs as written: a user can add a task from that page.
+
+Blocks headed `# NAME.py` are the user's files: they are saved under that name in a
+temporary folder outside the repository (a `(continued)` block appends). The other Python
+blocks run in one scope that imports those files; the shell blocks run line by line in
+that folder, in new processes, exactly as printed."""
+
+from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import trot
 from trot.tasks.registry import _REGISTRY
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tasks.md"
+REPO = DOC.parents[1]
+FILE_HEAD = re.compile(r"^# (\w+\.py)( \(continued\))?\n")
 
 
-def test_tasks_md_example_builds_and_steps(monkeypatch, tmp_path):
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def _write_user_files(folder: Path) -> list[str]:
+    names = []
+    for code in _blocks("python"):
+        m = FILE_HEAD.match(code)
+        if m:
+            with open(folder / m[1], "a" if m[2] else "w") as f:
+                f.write(code)
+            names.append(m[1])
+    return sorted(set(names))
+
+
+@pytest.fixture
+def doc_scope(monkeypatch, tmp_path) -> dict:
+    """Run the page's script blocks, with its files importable (a fresh registry copy)."""
     monkeypatch.chdir(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) >= 2
+    assert _write_user_files(tmp_path) == ["my_go1.py", "my_tasks.py"]
+    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("trot.tasks.registry._REGISTRY", dict(_REGISTRY))  # keep global clean
+    for name in ("my_tasks", "my_go1"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     scope: dict = {}
-    for code in blocks:
-        exec(compile(code, str(DOC), "exec"), scope)
+    for code in _blocks("python"):
+        if not FILE_HEAD.match(code):
+            exec(compile(code, str(DOC), "exec"), scope)
+    yield scope
+    for name in ("my_tasks", "my_go1"):
+        sys.modules.pop(name, None)
+
+
+def test_tasks_md_example_builds_and_steps(doc_scope):
     assert "pendulum-swingup" in trot.task_names()
-    env = scope["env"]
+    env = doc_scope["env"]
     for _ in range(300):  # past the 5 s limit: the example's episodes truncate
         res = env.step(torch.rand(64, env.action_dim) * 2 - 1)
     assert torch.isfinite(res.obs.policy).all()
     assert (env.episode_step < env.max_episode_steps).all()
 
 
-def test_tasks_md_locomotion_variants_register_and_run(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    monkeypatch.setattr("trot.tasks.registry._REGISTRY", dict(_REGISTRY))
-    scope: dict = {}
-    for code in blocks:
-        exec(compile(code, str(DOC), "exec"), scope)
+def test_tasks_md_locomotion_variants_register_and_run(doc_scope):
     sprint = trot.make_env("go1-sprint", num_envs=256, seed=1)
     sprint.reset()
     cmd = sprint.task.command  # [N, 3] within the variant's ranges, none standing
     assert (cmd[:, 0] >= 1.0).all() and (cmd[:, 0] <= 2.0).all() and (cmd[:, 1] == 0).all()
-    low = scope["low"]  # go1-low: the extra term is computed, weighted by dt and logged
+    low = doc_scope["low"]  # go1-low: the extra term is computed, weighted by dt and logged
     task = low.task
+    h = low.sim.qpos[:, 2].clone()
     raw = task.reward_terms(low.sim, torch.zeros(32, low.action_dim))["height"]
-    h = low.sim.qpos[:, 2]
-    assert torch.allclose(raw[1], (h - 0.24).square(), atol=1e-6)
+    weight, value = raw
+    assert weight == -50.0
+    assert torch.allclose(value, (h - 0.24).square(), atol=1e-6)
     _, terms = task.reward(low.sim, torch.zeros(32, low.action_dim))
     assert torch.allclose(terms["height"], -50.0 * task.dt * (h - 0.24).square(), atol=1e-6)
+
+
+def test_tasks_md_shell_commands_run_as_printed(tmp_path):
+    """The user's path: files in their own folder, trot on the command line. Every command
+    after the first finds the task again without --tasks (the run recorded it)."""
+    _write_user_files(tmp_path)
+    lines = [ln for block in _blocks("bash") for ln in block.splitlines() if ln.strip()]
+    assert any("--tasks my_tasks.py" in ln for ln in lines)
+    assert any(ln.startswith("trot sim2sim") for ln in lines)
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "trot", line
+        p = subprocess.run([sys.executable, "-m", "trot", *argv[1:]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600, check=False)
+        assert p.returncode == 0, f"{line}\n{p.stdout[-1500:]}\n{p.stderr[-3000:]}"
+        if "--tasks" not in argv and "pendulum" in line:  # found through the record
+            assert f"importing task file {tmp_path / 'my_tasks.py'}" in p.stderr, p.stderr
+    assert (tmp_path / "runs" / "pendulum" / "policy.onnx").is_file()
+    assert not str(tmp_path).startswith(str(REPO))

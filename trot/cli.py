@@ -9,6 +9,9 @@
     trot sim2sim RUN_DIR [--episodes K] [--json]
     trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K]
     trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
+
+Every command takes --tasks FILE_OR_MODULE (repeatable): your own task file or module,
+imported before the task name is looked up. Runs remember it; later commands find it again.
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ def cmd_list(_args: list[str]) -> int:
     from trot.tasks.registry import get_task, task_names
 
     for name in task_names():
-        print(f"{name:<24} {get_task(name).description}")
+        entry = get_task(name)
+        where = "" if entry.source.kind == "trot" else f"  [{entry.source.describe()}]"
+        print(f"{name:<24} {entry.description}{where}")
     return 0
 
 
@@ -162,10 +167,36 @@ def _launch_torchrun(nproc: int, args: list[str]) -> int:
                    and not (i > 0 and args[i - 1] == "--nproc")]
     try:
         torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "trot", "train",
-                  *worker_args])
+                  *_tasks_flags(), *worker_args])
     except ChildFailedError as e:
         return _fail(f"distributed training failed: {e}")
     return 0
+
+
+def _tasks_flags() -> list[str]:
+    """--tasks for each user source this process loaded (for child processes)."""
+    from trot.tasks.sources import loaded_specs
+
+    return [a for spec in loaded_specs() for a in ("--tasks", spec)]
+
+
+def pop_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the --tasks values in argv, argv without them); `--tasks X` and `--tasks=X`."""
+    specs, rest, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--tasks":
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                raise ValueError("--tasks needs a value: a task file (FILE.py) or a module name")
+            specs.append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--tasks="):
+            specs.append(a.removeprefix("--tasks="))
+        else:
+            rest.append(a)
+        i += 1
+    return specs, rest
 
 
 def _export_after_training(run_dir: Path) -> None:
@@ -274,7 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     from trot.agents.checkpoint import CheckpointError
 
     try:
-        return cmd(argv[1:])
+        specs, args = pop_tasks(argv[1:])
+        if specs:
+            from trot.tasks.sources import load_tasks
+
+            for spec in specs:  # before any task name is looked up or tyro builds flags
+                load_tasks(spec)
+        return cmd(args)
     except (ValueError, OSError, CheckpointError) as e:  # a message, not a traceback
         return _fail(str(e))
 

@@ -91,18 +91,26 @@ class TrainConfig:
 
 
 def to_json(cfg: TrainConfig) -> dict[str, Any]:
+    from trot.tasks.registry import get_task
+
     d = dataclasses.asdict(cfg)
     d["env_type"] = None if cfg.env is None else type(cfg.env).__name__
+    d["task_source"] = get_task(cfg.task).source.to_json()  # where later commands find it
     return d
 
 
-def from_json(d: dict[str, Any]) -> TrainConfig:
+def from_json(d: dict[str, Any], run_dir: Path | None = None) -> TrainConfig:
     """Rebuild a TrainConfig saved by `to_json`; the task's config class comes from the
-    registry, so an unknown field is an error rather than silently dropped."""
-    from trot.tasks.registry import get_task
+    registry, so an unknown field is an error rather than silently dropped. A task that is
+    not registered is imported from the recorded source (tasks/sources.py)."""
+    from trot.tasks.registry import get_task, is_registered
+    from trot.tasks.sources import load_recorded
 
     d = dict(d)
     d.pop("env_type", None)
+    record = d.pop("task_source", None)
+    if not is_registered(d["task"]):
+        load_recorded(record, run_dir or Path("."))
     entry = get_task(d["task"])
     agent = d.pop("agent")
     agent["actor_hidden"] = tuple(agent["actor_hidden"])
@@ -117,4 +125,4 @@ def save_json(path: Path, cfg: TrainConfig) -> None:
 
 
 def load_json(path: Path) -> TrainConfig:
-    return from_json(json.loads(path.read_text()))
+    return from_json(json.loads(path.read_text()), Path(path).parent)

@@ -1,9 +1,11 @@
-"""Go1 velocity tracking on flat ground (`go1-flat`), on trot's Go1 model (tasks/assets/go1.xml).
+"""Velocity tracking for any legged robot: one task over a robot description.
 
 The policy follows a command (forward and lateral speed in the base frame, yaw rate) with
 joint position targets around the standing pose, as in legged_gym (Rudin et al. 2022) and
-MuJoCo Playground's Go1 joystick task. It sees only what the robot measures: IMU, joint
+MuJoCo Playground's joystick tasks. It sees only what the robot measures: IMU, joint
 encoders, its last action and the command; the critic also gets privileged simulator state.
+The robot is data (`LeggedRobot`, tasks/legged_robot.py); a robot's task is a one-line
+subclass naming it, registered with `config_for(robot)` (see tasks/go1.py).
 
 Step order (tasks/env.py): pre_step (timers: command resampling, pushes; joint velocity
 snapshot) -> action_to_ctrl (latency) -> physics -> observation -> reward (which also
@@ -13,39 +15,26 @@ ended envs. Every per-env clock is a tensor; nothing here reads a tensor on the 
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, fields, replace
+from typing import ClassVar
 
 import mujoco
 import torch
 from torch import Tensor
 
-from trot.agents.config import PPOConfig
 from trot.sim.base import BatchedSim, sensor_slices
+from trot.tasks import legged_robot as lr
 from trot.tasks import locomotion as loco
 from trot.tasks.base import Task, TaskConfig
+from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.observation import ObsTerm
-from trot.tasks.registry import register
-from trot.tasks.robots import load_robot
 
-ASSET = Path(__file__).parent / "assets" / "go1.xml"
-LEGS = ("FR", "FL", "RR", "RL")
-JOINTS = tuple(f"{leg}_{j}" for leg in LEGS for j in ("hip", "thigh", "calf"))
 COMMANDS = ("lin_vel_x", "lin_vel_y", "yaw_rate")
 
 
-@functools.cache
-def home_pose() -> tuple[float, ...]:
-    """The 12 joint angles of the model's 'home' keyframe, in JOINTS order."""
-    spec = load_robot(ASSET)
-    key = next(k for k in spec.keys if k.name == "home")
-    return tuple(float(x) for x in list(key.qpos)[7:19])
-
-
 @dataclass(frozen=True)
-class Go1FlatConfig(TaskConfig):
+class LeggedConfig(TaskConfig):
     episode_seconds: float = 20.0
     """time limit (truncation)"""
     substeps: int = 4
@@ -99,7 +88,7 @@ class Go1FlatConfig(TaskConfig):
     w_feet_air_time: float = 1.0
     """(air time - air_time_target) per touchdown, while commanded to move"""
     w_undesired_contacts: float = -1.0
-    """thighs touching the ground, count"""
+    """penalized bodies (the description's penalize_contacts) touching the ground, count"""
     air_time_target: float = 0.5
     """air time (s) at which a step neither pays nor costs"""
     contact_threshold: float = 1.0
@@ -113,17 +102,17 @@ class Go1FlatConfig(TaskConfig):
     # -- termination
     max_gravity_z: float = -0.5
     """end the episode when projected gravity's z in the base frame exceeds this (-1 is
-    level; -0.5 is a 60 degree tilt), or when the trunk touches the ground"""
+    level; -0.5 is a 60 degree tilt), or when a terminate_contacts body touches the ground"""
 
     # -- domain randomization (per env, at each reset)
     randomize: bool = True
-    """randomize friction, trunk mass and CoM, motor strength and PD gains at reset"""
+    """randomize friction, base mass and CoM, motor strength and PD gains at reset"""
     friction_range: tuple[float, float] = (0.5, 1.25)
     """floor sliding friction (the floor's friction is every contact's: priority 1)"""
     added_mass_range: tuple[float, float] = (-1.0, 2.0)
-    """kg added to the trunk"""
+    """kg added to the base body"""
     com_offset: tuple[float, float, float] = (0.05, 0.03, 0.03)
-    """trunk CoM shift ~ U(-x, x) per axis (m, trunk frame)"""
+    """base CoM shift ~ U(-x, x) per axis (m, base frame)"""
     motor_strength_range: tuple[float, float] = (0.9, 1.1)
     """per-motor factor on kp and kv together (torque = strength * PD)"""
     kp_range: tuple[float, float] = (0.9, 1.1)
@@ -138,12 +127,27 @@ class Go1FlatConfig(TaskConfig):
     """a kick adds U(-x, x) m/s to each of the base's world x and y velocities"""
 
 
-class Go1Flat(Task[Go1FlatConfig]):
+def config_for(robot: LeggedRobot, **changes) -> LeggedConfig:
+    """The task config with the robot's own settings (`LeggedRobot.config`), then `changes`."""
+    names = {f.name for f in fields(LeggedConfig)}
+    unknown = sorted({k for k, _ in robot.config} - names)
+    if unknown:
+        raise ValueError(f"robot config names unknown LeggedConfig fields {unknown}")
+    return replace(LeggedConfig(), **dict(robot.config), **changes)
+
+
+class LeggedVelocity(Task[LeggedConfig]):
+    """Velocity tracking for `robot`. A robot's task: `class Go1Flat(LeggedVelocity): robot =
+    GO1` (tasks/go1.py)."""
+
+    robot: ClassVar[LeggedRobot]
     command_dim = 3
 
     # ---------------------------------------------------------------- model
     def build(self) -> mujoco.MjSpec:
-        return load_robot(ASSET)
+        spec = lr.prepare(self.robot)
+        self._floor_name = lr.floor_geom(spec)
+        return spec
 
     def command_ranges(self) -> dict[str, list[float]]:
         """Command ranges by name; the command vector is ordered as COMMANDS."""
@@ -152,22 +156,44 @@ class Go1Flat(Task[Go1FlatConfig]):
                 "yaw_rate": list(c.yaw_rate)}
 
     def action_affine(self, model: mujoco.MjModel) -> tuple[list[float], list[float]]:
-        kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
+        kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, self.robot.home)
         offset = [float(model.key_qpos[kid, model.jnt_qposadr[model.actuator_trnid[i, 0]]])
                   for i in range(model.nu)]
         return [self.config.action_scale] * model.nu, offset
+
+    def home_pose(self) -> tuple[float, ...]:
+        """The policy joints' angles in the home keyframe, in policy order."""
+        if not hasattr(self, "_home_pose"):
+            m = self._model()
+            kid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, self.robot.home)
+            self._home_pose = tuple(float(m.key_qpos[kid, m.jnt_qposadr[mujoco.mj_name2id(
+                m, mujoco.mjtObj.mjOBJ_JOINT, j)]]) for j in self.robot.joints)
+        return self._home_pose
+
+    def _model(self) -> mujoco.MjModel:
+        """The compiled model (once; observation terms need ids before the sim exists)."""
+        if not hasattr(self, "_compiled"):
+            self._spec = self.build()
+            self._compiled = self._spec.compile()
+        return self._compiled
+
+    def _contacts(self, bodies: tuple[str, ...]) -> list[str]:
+        """The touch sensors of these contact bodies (legged_robot.contact_sensors)."""
+        self._model()
+        return [x for b in bodies for x in lr.contact_sensors(self.robot, self._spec, b)]
 
     # ---------------------------------------------------------------- observations
     def policy_terms(self) -> tuple[ObsTerm, ...]:
         # scales as legged_gym (ang vel 0.25, joint vel 0.05); noise half-widths are its noise
         # levels (gravity 0.05, gyro 0.2 rad/s, joint pos 0.01 rad, joint vel 1.5 rad/s)
         # times the scale
+        joints = self.robot.joints
         return (
             ObsTerm("projected_gravity", "sensor", ("upvector",), scale=-1.0, noise=0.05),
             ObsTerm("base_ang_vel", "sensor", ("gyro",), scale=0.25, noise=0.05),
-            ObsTerm("joint_pos", "sensor", tuple(f"{j}_pos" for j in JOINTS),
-                    offset=home_pose(), noise=0.01),
-            ObsTerm("joint_vel", "sensor", tuple(f"{j}_vel" for j in JOINTS), scale=0.05,
+            ObsTerm("joint_pos", "sensor", tuple(f"{j}_pos" for j in joints),
+                    offset=self.home_pose(), noise=0.01),
+            ObsTerm("joint_vel", "sensor", tuple(f"{j}_vel" for j in joints), scale=0.05,
                     noise=0.075),
             ObsTerm("last_action", "last_action"),
             ObsTerm("command", "command"),
@@ -175,27 +201,29 @@ class Go1Flat(Task[Go1FlatConfig]):
 
     def critic_terms(self) -> tuple[ObsTerm, ...]:
         clean = tuple(replace(t, noise=0.0) for t in self.policy_terms())
+        r, m = self.robot, self._model()
+        floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, self._floor_name)
+        penalized = tuple(self._contacts(r.penalize_contacts))
         return clean + (
             ObsTerm("base_lin_vel", "sensor", ("base_linvel",), scale=2.0),
             ObsTerm("base_height", "qpos", start=2, stop=3, scale=1.0),
-            ObsTerm("foot_forces", "sensor", tuple(f"{leg}_contact" for leg in LEGS),
+            ObsTerm("foot_forces", "sensor", tuple(f"{f}_contact" for f in r.feet),
                     scale=0.02),
-            ObsTerm("thigh_forces", "sensor", tuple(f"{leg}_thigh_contact" for leg in LEGS),
-                    scale=0.02),
-            # the floor's randomized sliding friction (geom 0 of go1.xml; a test checks)
-            ObsTerm("floor_friction", "param", field="geom_friction", start=0, stop=1,
-                    offset=(1.0,), scale=2.0),
+            ObsTerm("contact_forces", "sensor", penalized, scale=0.02),
+            # the floor's randomized sliding friction (geom_friction flattened [ngeom * 3])
+            ObsTerm("floor_friction", "param", field="geom_friction", start=3 * floor,
+                    stop=3 * floor + 1, offset=(1.0,), scale=2.0),
         )
 
     # ---------------------------------------------------------------- setup
     def bind(self, sim: BatchedSim) -> None:
-        m, c = sim.model, self.config
+        m, c, r = sim.model, self.config, self.robot
         n, dev = sim.num_envs, sim.device
         self.dt = sim.control_dt
         acts = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0])
                 for i in range(m.nu)]
-        if tuple(acts) != JOINTS:
-            raise ValueError(f"go1 actuators must drive {JOINTS} in order, got {acts}")
+        if tuple(acts) != r.joints:
+            raise ValueError(f"actuators must drive {r.joints} in order, got {acts}")
         slices = sensor_slices(m)
 
         def block(names: list[str]) -> slice:
@@ -204,16 +232,22 @@ class Go1Flat(Task[Go1FlatConfig]):
                 raise ValueError(f"sensors {names} must be adjacent in the MJCF")
             return slice(s[0].start, s[-1].start + s[-1].size)
 
-        self._s_jpos = block([f"{j}_pos" for j in JOINTS])
-        self._s_jvel = block([f"{j}_vel" for j in JOINTS])
-        self._s_tau = block([f"{j}_torque" for j in JOINTS])
-        self._s_feet = block([f"{leg}_contact" for leg in LEGS])
-        self._s_thighs = block([f"{leg}_thigh_contact" for leg in LEGS])
+        self._s_jpos = block([f"{j}_pos" for j in r.joints])
+        self._s_jvel = block([f"{j}_vel" for j in r.joints])
+        self._s_tau = block([f"{j}_torque" for j in r.joints])
+        self._s_feet = block([f"{f}_contact" for f in r.feet])
+        self._s_fall = block(self._contacts(r.terminate_contacts))
+        self._s_penalized = block(self._contacts(r.penalize_contacts))
         one = lambda k: slice(slices[k].start, slices[k].start + slices[k].size)  # noqa: E731
         self._s_up, self._s_gyro = one("upvector"), one("gyro")
-        self._s_vel, self._s_trunk = one("base_linvel"), one("trunk_contact")
+        self._s_vel = one("base_linvel")
+        joint_ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j) for j in r.joints]
+        adr = [int(m.jnt_qposadr[j]) for j in joint_ids]
+        # the joints' qpos columns: a slice where they are consecutive (every shipped robot)
+        self._qpos_joints = slice(adr[0], adr[-1] + 1) if adr == list(
+            range(adr[0], adr[-1] + 1)) else torch.tensor(adr, device=dev)
 
-        kid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "home")
+        kid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, r.home)
         self._home_qpos = torch.tensor(m.key_qpos[kid], dtype=torch.float32, device=dev)
         self._cmd_low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.yaw_rate[0]],
                                      device=dev)
@@ -221,7 +255,11 @@ class Go1Flat(Task[Go1FlatConfig]):
                                       device=dev)
         self._resample_steps = max(1, round(c.resample_seconds / self.dt))
         self._push_steps = tuple(max(1, round(s / self.dt)) for s in c.push_interval_seconds)
+        self._bind_state(sim)
 
+    def _bind_state(self, sim: BatchedSim) -> None:
+        """Per-env clocks and histories, and the randomization's ids and nominal values."""
+        m, c, n, dev = sim.model, self.config, sim.num_envs, sim.device
         f32 = dict(device=dev, dtype=torch.float32)
         self.command = torch.zeros(n, 3, **f32)
         self._cmd_seen = torch.zeros(n, 3, **f32)  # the command the current action answered
@@ -230,16 +268,17 @@ class Go1Flat(Task[Go1FlatConfig]):
         self._push_at = torch.full((n,), self._push_steps[1], dtype=torch.int64, device=dev)
         self._prev_action = torch.zeros(n, m.nu, **f32)
         self._prev_joint_vel = torch.zeros(n, m.nu, **f32)
-        self._air_time = torch.zeros(n, len(LEGS), **f32)
-        self._last_contact = torch.zeros(n, len(LEGS), dtype=torch.bool, device=dev)
+        nfeet = len(self.robot.feet)
+        self._air_time = torch.zeros(n, nfeet, **f32)
+        self._last_contact = torch.zeros(n, nfeet, dtype=torch.bool, device=dev)
         if c.latency_steps < 0:
             raise ValueError(f"latency_steps must be >= 0, got {c.latency_steps}")
         self._latency = torch.zeros(c.latency_steps, n, m.nu, **f32)  # ring of pending actions
         self._ring = 0
 
         # domain randomization: ids and the nominal values every draw starts from
-        self._floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
-        self._trunk = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "trunk")
+        self._floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, self._floor_name)
+        self._base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, self.robot.base)
         as_t = lambda a: torch.tensor(a, dtype=torch.float32, device=dev)  # noqa: E731
         self._nominal = {f: as_t(getattr(m, f)) for f in
                          ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm",
@@ -259,7 +298,7 @@ class Go1Flat(Task[Go1FlatConfig]):
         qpos = self._home_qpos.expand(n, -1).clone()
         yaw = math.pi * u(n)
         qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
-        qpos[:, 7:] += c.init_joint_noise * u(n, 12)
+        qpos[:, self._qpos_joints] += c.init_joint_noise * u(n, len(self.robot.joints))
         qvel = torch.zeros(n, sim.model.nv, device=dev)
         qvel[:, :6] = c.init_vel_noise * u(n, 6)
         return qpos, qvel
@@ -299,12 +338,12 @@ class Go1Flat(Task[Go1FlatConfig]):
         sim.set_params("geom_friction", mask, friction)
 
         mass = nom["body_mass"].expand(n, -1).clone()
-        mass[:, self._trunk] += uniform(c.added_mass_range, n)
+        mass[:, self._base] += uniform(c.added_mass_range, n)
         sim.set_params("body_mass", mask, mass)
 
         ipos = nom["body_ipos"].expand(n, -1, -1).clone()
         shift = torch.tensor(c.com_offset, device=dev)
-        ipos[:, self._trunk] += shift * uniform((-1.0, 1.0), n, 3)
+        ipos[:, self._base] += shift * uniform((-1.0, 1.0), n, 3)
         sim.set_params("body_ipos", mask, ipos)
 
         nu = sim.model.nu
@@ -390,14 +429,14 @@ class Go1Flat(Task[Go1FlatConfig]):
             "action_rate": (c.w_action_rate, loco.action_rate(action, self._prev_action)),
             "feet_air_time": (c.w_feet_air_time, air),
             "undesired_contacts": (c.w_undesired_contacts, loco.undesired_contacts(
-                d[:, self._s_thighs], c.contact_threshold)),
+                d[:, self._s_penalized], c.contact_threshold)),
         }
         self._prev_action.copy_(action)
         return raw
 
     def terminated(self, sim: BatchedSim) -> Tensor:
         d = sim.sensordata
-        fell = d[:, self._s_trunk][:, 0] > self.config.contact_threshold
+        fell = (d[:, self._s_fall] > self.config.contact_threshold).any(-1)
         tilted = self._gravity(sim)[:, 2] > self.config.max_gravity_z
         return fell | tilted
 
@@ -436,12 +475,3 @@ class Go1Flat(Task[Go1FlatConfig]):
         self._ring = int(state["ring"])
 
 
-register(
-    "go1-flat", Go1Flat, Go1FlatConfig(),
-    "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
-    "joint position targets at 50 Hz, domain randomization and pushes",
-    agent=PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
-                    lam=0.95, entropy_coef=0.0025, desired_kl=0.01, init_log_std=-0.5,
-                    actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64),
-                    activation="elu"),
-)

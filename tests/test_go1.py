@@ -38,7 +38,7 @@ def test_model_facts():
     assert sum(m.body_mass) == pytest.approx(13.1, abs=0.01)
     limits = np.abs(m.actuator_forcerange[:, 1]).reshape(4, 3)
     assert np.allclose(limits, [23.7, 23.7, 35.55])
-    assert go1.home_pose() == pytest.approx(HOME)
+    assert go1.Go1Flat(QUIET).home_pose() == pytest.approx(HOME)
     # only robot-floor contacts: robot geoms never collide with each other
     floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
     robot = [g for g in range(m.ngeom) if g != floor]
@@ -67,7 +67,7 @@ def test_stands_for_5_seconds_with_zero_actions():
     assert ((h[-1] - 0.285).abs() < 0.05).all()
     assert (h[50:].max(0).values - h[50:].min(0).values < 0.02).all()
     assert (env.sim.sensor("upvector")[:, 2] > 0.99).all()  # upright
-    feet = torch.cat([env.sim.sensor(f"{leg}_contact") for leg in go1.LEGS], dim=1)
+    feet = torch.cat([env.sim.sensor(f"{leg}_foot_contact") for leg in go1.LEGS], dim=1)
     assert (feet > 10).all()  # every foot carries weight
     assert (env.sim.sensor("trunk_contact") == 0).all()
 

@@ -1,0 +1,47 @@
+"""`go1-flat`: trot's Go1-class quadruped (tasks/assets/go1.xml) as a robot description for
+the generic legged velocity task (tasks/legged.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trot.agents.config import PPOConfig
+from trot.tasks.legged import LeggedConfig, LeggedVelocity, config_for
+from trot.tasks.legged_robot import LeggedRobot
+from trot.tasks.registry import register
+
+ASSET = Path(__file__).parent / "assets" / "go1.xml"
+LEGS = ("FR", "FL", "RR", "RL")
+JOINTS = tuple(f"{leg}_{j}" for leg in LEGS for j in ("hip", "thigh", "calf"))
+
+GO1 = LeggedRobot(
+    mjcf=ASSET,
+    joints=JOINTS,
+    feet=tuple(f"{leg}_foot" for leg in LEGS),
+    base="trunk",
+    terminate_contacts=("trunk",),
+    penalize_contacts=tuple(f"{leg}_thigh" for leg in LEGS),
+    imu_pos=(-0.01592, -0.06659, -0.00617),  # Unitree's URDF imu_joint
+    # left <-> right: hip roll flips sign (its axis is x, along the mirror plane), thigh and
+    # calf pitch keep it (axis y, normal to the plane); tests/test_legged.py checks this
+    # against the model's joint axes and anchors
+    mirror=tuple((f"{a}_{j}", f"{b}_{j}", -1.0 if j == "hip" else 1.0)
+                 for a, b in (("FR", "FL"), ("RR", "RL")) for j in ("hip", "thigh", "calf")),
+)
+
+
+class Go1Flat(LeggedVelocity):
+    robot = GO1
+
+
+Go1FlatConfig = LeggedConfig  # the Go1's settings are LeggedConfig's defaults
+
+register(
+    "go1-flat", Go1Flat, config_for(GO1),
+    "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
+    "joint position targets at 50 Hz, domain randomization and pushes",
+    agent=PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
+                    lam=0.95, entropy_coef=0.0025, desired_kl=0.01, init_log_std=-0.5,
+                    actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64),
+                    activation="elu"),
+)

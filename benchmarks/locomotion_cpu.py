@@ -1,16 +1,20 @@
-"""Go1 velocity tracking on the CPU default: tracking error and fall rate against wall-clock.
+"""Legged velocity tracking on the CPU default: tracking error and fall rate against
+wall-clock, for any registered legged task (`--task`, default go1-flat).
 
     python benchmarks/locomotion_cpu.py --budget-min 60 --out docs/go1_curve.csv
+    python benchmarks/locomotion_cpu.py --task go2-flat --budget-min 20 --episodes 128 \
+        --max-error 0.25 --max-falls 0.10 --out docs/data/go2_curve.csv
 
-Trains `go1-flat` with its registered defaults (cpu backend, the task's tuned PPO) and,
+Trains the task with its registered defaults (cpu backend, the task's tuned PPO) and,
 every `--eval-every-min` minutes of training, pauses the clock while the deterministic
 policy plays one full episode (20 s) in each of `--episodes` fresh envs with observation
 noise off, commands drawn from the training ranges, domain randomization and pushes on.
 It prints, and writes to `--out` as CSV, one row per evaluation:
 training wall-clock, env steps, training return, mean linear-velocity tracking error
 (m/s), yaw-rate error (rad/s), fall rate, mean episode length (s) and energy per meter.
+The CSV is rewritten after every evaluation, so a long run leaves its rows as it goes.
 At the end it prints the first time both acceptance thresholds held
-(tracking error <= 0.20 m/s and fall rate <= 2%) and leaves the run in `--run-dir`
+(`--max-error`, default 0.20 m/s, and `--max-falls`, default 2%) and leaves the run in `--run-dir`
 (checkpoint, config, metrics.csv, policy.onnx) for `trot eval` / `trot sim2sim`.
 """
 
@@ -22,14 +26,13 @@ import dataclasses
 import time
 from pathlib import Path
 
+from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
 from trot.agents.trainer import build
 from trot.config import TrainConfig, save_json
 from trot.tasks.registry import get_task, make_env
 
-TASK = "go1-flat"
-MAX_ERROR, MAX_FALLS = 0.20, 0.02
 COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_error",
            "fall_rate", "episode_s", "energy_per_meter")
 
@@ -41,26 +44,38 @@ def evaluate_now(eval_env, actor, episodes: int, control_dt: float) -> dict[str,
             "energy_per_meter": r["power"] / max(r["speed"], 1e-6)}
 
 
+def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="go1-flat", help="a registered legged task")
+    p.add_argument("--max-error", type=float, default=0.20, help="tracking threshold, m/s")
+    p.add_argument("--max-falls", type=float, default=0.02, help="fall-rate threshold")
     p.add_argument("--budget-min", type=float, default=60.0)
     p.add_argument("--eval-every-min", type=float, default=4.0)
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--run-dir", default="runs/go1-flat/locomotion_cpu")
+    p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
     a = p.parse_args()
 
-    entry = get_task(TASK)
-    cfg = TrainConfig(task=TASK, num_envs=a.num_envs, seed=a.seed, agent=entry.agent,
-                      env=entry.config, max_env_steps=10**12, run_dir=a.run_dir)
+    entry = get_task(a.task)
+    if entry.task_cls.command_dim == 0:
+        p.error(f"{a.task} has no velocity command; pick a legged task")
+    run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=entry.agent,
+                      env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
     trainer = build(cfg)
-    run_dir = Path(a.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_json(run_dir / "config.json", cfg)
-    eval_env = make_env(TASK, a.episodes, seed=10_000 + a.seed,
+    eval_env = make_env(a.task, a.episodes, seed=10_000 + a.seed,
                         config=dataclasses.replace(entry.config, obs_noise=False))
     dt = eval_env.control_dt
     # metrics.csv with per-term reward sums; curve.png redrawn rarely (it costs train time)
@@ -85,15 +100,13 @@ def main() -> None:
                                                             a.episodes, dt)
         rows.append(row)
         print(" ".join(f"{row[c]:>16.4g}" for c in COLUMNS), flush=True)
-        if hit is None and row["lin_vel_error"] <= MAX_ERROR and row["fall_rate"] <= MAX_FALLS:
+        if hit is None and row["lin_vel_error"] <= a.max_error and \
+                row["fall_rate"] <= a.max_falls:
             hit = train_s
         trainer.wall_s = train_s
         trainer.save(run_dir)
+        atomic_write(Path(a.out), lambda path: _write_csv(path, rows))
     logger.close()
-    with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
     try:
         from trot.export.onnx import export_run
 
@@ -101,9 +114,10 @@ def main() -> None:
     except ImportError:
         pass
     rate = trainer.env_steps / max(train_s, 1e-9)
-    print(f"\ntask={TASK} N={a.num_envs} seed={a.seed} threads={trainer.env.sim.nthread} "
+    print(f"\ntask={a.task} N={a.num_envs} seed={a.seed} threads={trainer.env.sim.nthread} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
-    print("first time tracking error <= 0.20 m/s and fall rate <= 2%: "
+    print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "
+          f"{100 * a.max_falls:.0f}%: "
           + (f"{hit / 60:.1f} min" if hit is not None else "not reached"))
     print(f"run directory: {run_dir}")
 

@@ -30,10 +30,35 @@ def _files(path: str | Path) -> tuple[Path, Path, Path]:
     return files
 
 
-class OnnxPolicy:
-    """action = policy(obs) for one observation [P] or a batch [B, P] (float32/float64)."""
+class JointMap:
+    """Between the robot's own joint order (hardware often orders its motors differently)
+    and the policy's (policy.json's `actions`, one joint each). Per-joint arrays [..., J]."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, policy_joints: list[str], robot_joints: list[str]):
+        if sorted(policy_joints) != sorted(robot_joints) or \
+                len(set(robot_joints)) != len(robot_joints):
+            raise ContractError(f"the robot's joints {list(robot_joints)} are not the policy's "
+                                f"{list(policy_joints)} in another order")
+        where = {j: i for i, j in enumerate(robot_joints)}
+        self.policy_joints, self.robot_joints = list(policy_joints), list(robot_joints)
+        self.from_robot = np.array([where[j] for j in policy_joints])  # policy[i] = robot[k]
+        self.from_policy = np.argsort(self.from_robot)
+
+    def to_policy(self, x_robot: np.ndarray) -> np.ndarray:
+        """A per-joint array in the robot's order, in the policy's."""
+        return np.asarray(x_robot)[..., self.from_robot]
+
+    def to_robot(self, x_policy: np.ndarray) -> np.ndarray:
+        """A per-joint array in the policy's order (actions, targets), in the robot's."""
+        return np.asarray(x_policy)[..., self.from_policy]
+
+
+class OnnxPolicy:
+    """action = policy(obs) for one observation [P] or a batch [B, P] (float32/float64).
+    `robot_joints`: the robot's joint names in its own order; `joints` then maps per-joint
+    arrays both ways (`robot_ctrl` gives the targets in the robot's order)."""
+
+    def __init__(self, path: str | Path, robot_joints: list[str] | None = None):
         import onnxruntime as ort
 
         onnx_path, json_path, xml_path = _files(path)
@@ -66,6 +91,8 @@ class OnnxPolicy:
         self.model_xml = xml_path
         self.scale = np.asarray(c["action_scale"], dtype=np.float64)
         self.offset = np.asarray(c["action_offset"], dtype=np.float64)
+        self.policy_joints = [a["joint"] for a in c["actions"]]
+        self.joints = JointMap(self.policy_joints, robot_joints or self.policy_joints)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs)
@@ -79,8 +106,12 @@ class OnnxPolicy:
         return action[0] if x.ndim == 1 else action
 
     def ctrl(self, action: np.ndarray) -> np.ndarray:
-        """Actuator commands from actions, exactly as in training."""
+        """Actuator commands from actions, exactly as in training (policy order)."""
         return self.offset + self.scale * np.clip(action, -1.0, 1.0)
+
+    def robot_ctrl(self, action: np.ndarray) -> np.ndarray:
+        """The joint targets of `ctrl`, in the robot's joint order."""
+        return self.joints.to_robot(self.ctrl(action))
 
 
 class ObservationBuilder:

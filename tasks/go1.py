@@ -36,12 +36,12 @@ class Go1Flat(LeggedVelocity):
 
 Go1FlatConfig = LeggedConfig  # the Go1's settings are LeggedConfig's defaults
 
+GO1_AGENT = PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3,
+                      gamma=0.99, lam=0.95, entropy_coef=0.0025, desired_kl=0.01,
+                      init_log_std=-0.5, actor_hidden=(256, 128, 64),
+                      critic_hidden=(256, 128, 64), activation="elu")
+
 register(
     "go1-flat", Go1Flat, config_for(GO1),
     "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
-    "joint position targets at 50 Hz, domain randomization and pushes",
-    agent=PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
-                    lam=0.95, entropy_coef=0.0025, desired_kl=0.01, init_log_std=-0.5,
-                    actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64),
-                    activation="elu"),
-)
+    "joint position targets at 50 Hz, domain randomization and pushes", agent=GO1_AGENT)

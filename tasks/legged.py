@@ -102,12 +102,14 @@ class LeggedVelocity(Task[LeggedConfig]):
         r, m = self.robot, self._model()
         floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, self._floor_name)
         penalized = tuple(self._contacts(r.penalize_contacts))
+        contacts = (ObsTerm("contact_forces", "sensor", penalized, scale=0.02),) \
+            if penalized else ()
         return clean + (
             ObsTerm("base_lin_vel", "sensor", ("base_linvel",), scale=2.0),
             ObsTerm("base_height", "qpos", start=2, stop=3, scale=1.0),
             ObsTerm("foot_forces", "sensor", tuple(f"{f}_contact" for f in r.feet),
                     scale=0.02),
-            ObsTerm("contact_forces", "sensor", penalized, scale=0.02),
+            *contacts,
             # the floor's randomized sliding friction (geom_friction flattened [ngeom * 3])
             ObsTerm("floor_friction", "param", field="geom_friction", start=3 * floor,
                     stop=3 * floor + 1, offset=(1.0,), scale=2.0),
@@ -125,6 +127,8 @@ class LeggedVelocity(Task[LeggedConfig]):
         slices = sensor_slices(m)
 
         def block(names: list[str]) -> slice:
+            if not names:  # e.g. a robot without penalized contact bodies
+                return slice(0, 0)
             s = [slices[k] for k in names]
             if any(b.start != a.start + a.size for a, b in zip(s, s[1:])):
                 raise ValueError(f"sensors {names} must be adjacent in the MJCF")

@@ -30,8 +30,8 @@ on or just inside the geom, so they fall in the site; other geoms' contacts do n
 _OBJ = mujoco.mjtObj
 _SENS = mujoco.mjtSensor
 # Copied when actuators are put in policy order (every setting of an actuator except its
-# identity: id, signature).
-_ACTUATOR_FIELDS = ("name", "target", "trntype", "gaintype", "gainprm", "biastype", "biasprm",
+# identity: id, signature; the name moves over once the original is deleted).
+_ACTUATOR_FIELDS = ("target", "trntype", "gaintype", "gainprm", "biastype", "biasprm",
                     "dyntype", "dynprm", "ctrllimited", "ctrlrange", "forcelimited",
                     "forcerange", "actlimited", "actrange", "gear", "group", "armature",
                     "damping", "actearly", "inheritrange", "lengthrange", "cranklength",
@@ -136,7 +136,8 @@ def prepare(robot: LeggedRobot) -> mujoco.MjSpec:
 def _add_floor(spec: mujoco.MjSpec) -> None:
     if any(g.type == mujoco.mjtGeom.mjGEOM_PLANE for g in spec.worldbody.geoms):
         return  # the model brings its own ground
-    spec.worldbody.add_light(pos=[0, 0, 4], dir=[0, 0, -1], directional=True)
+    spec.worldbody.add_light(pos=[0, 0, 4], dir=[0, 0, -1],
+                             type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL)
     spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0, 0, 0.05],
                             contype=1, conaffinity=0, priority=1, friction=[1.0, 0.005, 1e-4],
                             rgba=[0.35, 0.4, 0.45, 1])
@@ -168,8 +169,9 @@ def _order_actuators(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
             new = spec.add_actuator()
             for f in _ACTUATOR_FIELDS:
                 setattr(new, f, getattr(old, f))
-            on[j] = new
+            name = old.name
             spec.delete(old)
+            new.name = name  # once the original's name is free
         for a in list(spec.actuators)[:len(spec.actuators) - len(robot.joints)]:
             spec.delete(a)  # actuators on joints the policy does not drive
     if robot.kp is not None or robot.kd is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from trot import faults
 from trot.agents.normalization import merge_moments
 
 
@@ -194,11 +196,38 @@ def init_from_env(device: str, timeout_s: float) -> tuple[Comm, str]:
         pin_cpus(local, local_world)
         backend = "gloo"
     if not dist.is_initialized():
+        # torch.distributed.nn.functional binds group.WORLD as a default argument when it
+        # is imported; imported after init (torch.optim pulls it in through torch._dynamo)
+        # it holds the group, destroy_process_group cannot free it and gloo's threads
+        # outlive shutdown() into interpreter exit (see shutdown). Imported now, it binds None.
+        from torch.distributed.nn import functional  # noqa: F401
+
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
     return Comm(rank, world, local, timeout_s), device
 
 
 def shutdown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the job, on every rank, once its last collective has returned.
+
+    A barrier (the job's timeout) first: no rank tears down its connections while a peer
+    still has gloo work in flight, and while it waits (the GIL released) gloo's worker
+    threads finish releasing the tensors of the last collectives. Then the process group
+    is destroyed, which joins those threads: a thread still alive at interpreter exit that
+    drops a tensor with a Python object attached needs the GIL, is killed by the exiting
+    interpreter, and takes the process down with SIGABRT ("terminate called without an
+    active exception"). `init_from_env` makes sure nothing else keeps the group alive."""
+    faults.point("before-shutdown")
+    if not dist.is_initialized():
+        return
+    try:  # the default timeout: the job's, given to init_process_group
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(wait_all_ranks=True)  # names a rank that never came
+        else:
+            dist.barrier()
+    except (RuntimeError, dist.DistError) as e:
+        # after the last checkpoint: nothing is lost, leave anyway (torchrun reports the
+        # rank that died)
+        print(f"trot: warning: rank {dist.get_rank()}: not every rank reached the end of "
+              f"the job: {e}", file=sys.stderr, flush=True)
+    dist.destroy_process_group()

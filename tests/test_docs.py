@@ -21,6 +21,7 @@ from trot.tasks.registry import _REGISTRY
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tasks.md"
 REPO = DOC.parents[1]
+USER_MODULES = ("my_tasks", "my_go1", "my_robot")
 FILE_HEAD = re.compile(r"^# (\w+\.py)( \(continued\))?\n")
 
 
@@ -29,6 +30,9 @@ def _blocks(lang: str) -> list[str]:
 
 
 def _write_user_files(folder: Path) -> list[str]:
+    """The page's files, and its robot MJCF (the synthetic one the tests ship)."""
+    (folder / "my_quadruped.xml").write_text((REPO / "tests" / "data" /
+                                               "other_quadruped.xml").read_text())
     names = []
     for code in _blocks("python"):
         m = FILE_HEAD.match(code)
@@ -43,17 +47,17 @@ def _write_user_files(folder: Path) -> list[str]:
 def doc_scope(monkeypatch, tmp_path) -> dict:
     """Run the page's script blocks, with its files importable (a fresh registry copy)."""
     monkeypatch.chdir(tmp_path)
-    assert _write_user_files(tmp_path) == ["my_go1.py", "my_tasks.py"]
+    assert _write_user_files(tmp_path) == ["my_go1.py", "my_robot.py", "my_tasks.py"]
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("trot.tasks.registry._REGISTRY", dict(_REGISTRY))  # keep global clean
-    for name in ("my_tasks", "my_go1"):
+    for name in USER_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
     scope: dict = {}
     for code in _blocks("python"):
         if not FILE_HEAD.match(code):
             exec(compile(code, str(DOC), "exec"), scope)
     yield scope
-    for name in ("my_tasks", "my_go1"):
+    for name in USER_MODULES:
         sys.modules.pop(name, None)
 
 
@@ -80,6 +84,21 @@ def test_tasks_md_locomotion_variants_register_and_run(doc_scope):
     assert torch.allclose(value, (h - 0.24).square(), atol=1e-6)
     _, terms = task.reward(low.sim, torch.zeros(32, low.action_dim))
     assert torch.allclose(terms["height"], -50.0 * task.dt * (h - 0.24).square(), atol=1e-6)
+
+
+def test_tasks_md_robot_and_its_primitive_collision_variant_build(doc_scope):
+    import mujoco
+
+    import my_robot
+
+    task = my_robot.MyQuadrupedPrimitives(trot.tasks.get_task("my-quadruped-flat").config)
+    m = task.build().compile()
+    shank = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "LF_shank")
+    added = [g for g in range(m.ngeom) if m.geom_bodyid[g] == shank
+             and m.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE and m.geom_conaffinity[g]]
+    assert added, "the example's shank capsule collides"
+    assert not any(m.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH and m.geom_contype[g]
+                   for g in range(m.ngeom))
 
 
 def test_tasks_md_shell_commands_run_as_printed(tmp_path):

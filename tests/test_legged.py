@@ -30,7 +30,10 @@ EXTERNAL_JOINTS = tuple(f"{leg}_{j}" for leg in ("RF", "LF", "RH", "LH")
 def _external(**changes) -> LeggedRobot:
     return dataclasses.replace(LeggedRobot(
         mjcf=EXTERNAL, joints=EXTERNAL_JOINTS, feet=tuple(f"{leg}_FOOT" for leg in LEGS),
-        base="torso", terminate_contacts=("torso",), home="standing"), **changes)
+        base="torso", terminate_contacts=("torso",), home="standing",
+        mirror=tuple((f"{a}_{j}", f"{b}_{j}", -1.0 if j == "HAA" else 1.0)
+                     for a, b in (("LF", "RF"), ("LH", "RH")) for j in ("HAA", "HFE", "KFE"))),
+        **changes)
 
 
 def _task(robot: LeggedRobot) -> type[LeggedVelocity]:
@@ -55,7 +58,7 @@ def test_go1_flat_matches_its_record_from_before_the_refactor():
         assert np.array_equal(now[k], saved[k]), f"{k} differs from the recorded go1-flat"
 
 
-@pytest.mark.parametrize("robot", [GO1, GO2], ids=["go1", "go2"])
+@pytest.mark.parametrize("robot", [GO1, GO2, _external()], ids=["go1", "go2", "external"])
 def test_mirror_matches_the_model_geometry(robot):
     """Each joint's mirror sits at its reflected anchor (y -> -y) and its sign follows from
     the axes: reflecting a rotation about a by angle q gives one about M a by -q, so the

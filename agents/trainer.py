@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import signal
 import time
 from collections import deque
@@ -26,6 +25,7 @@ from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
 from trot.config import TrainConfig, load_json, save_json, to_json
+from trot.sim.base import available_cpus
 from trot.tasks.env import Env
 from trot.tasks.registry import make_env
 
@@ -149,20 +149,21 @@ class Trainer:
         } | ({"actor_snapshots": list(self.actor_snapshots)} if self.cfg.actor_lag else {})
 
     def load_state_dict(self, s: dict) -> None:
+        ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
+        if len(ranks) != self.comm.world_size:  # before anything is loaded
+            raise ValueError(_process_count_error(len(ranks), self.comm.world_size))
         self.ac.load_state_dict(s["model"])
         self.algo.load_state_dict(s["algo"])
-        ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
-        if len(ranks) == self.comm.world_size:  # else a new process count: fresh envs
-            mine = ranks[self.comm.rank]
-            self.env.load_state_dict(mine["env"])
-            self.gen.set_state(mine["gen"])
-            torch.set_rng_state(mine["torch_rng"])
-            # checkpoints before the noise generator: the noise came from the global CPU
-            # generator, whose state (same format) continues that stream exactly
-            noise = mine.get("noise_gen", mine["torch_rng"] if self.env.device.type == "cpu"
-                             else None)
-            if noise is not None:
-                self.noise_gen.set_state(noise)
+        mine = ranks[self.comm.rank]
+        self.env.load_state_dict(mine["env"])
+        self.gen.set_state(mine["gen"])
+        torch.set_rng_state(mine["torch_rng"])
+        # checkpoints before the noise generator: the noise came from the global CPU
+        # generator, whose state (same format) continues that stream exactly
+        noise = mine.get("noise_gen", mine["torch_rng"] if self.env.device.type == "cpu"
+                         else None)
+        if noise is not None:
+            self.noise_gen.set_state(noise)
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
@@ -222,10 +223,19 @@ def set_threads(n: int) -> None:
     """torch's CPU threads: n, or with 0 every core this process may run on (its affinity,
     which distributed ranks narrow to their share)."""
     if n <= 0:
-        n = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
+        n = available_cpus()
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+
+
+def _process_count_error(saved: int, now: int) -> str:
+    procs = f"{saved} process" + ("es" if saved != 1 else "")
+    torchrun = (f", or torchrun --nproc_per_node={saved} -m trot train --resume RUN_DIR"
+                if saved > 1 else "")
+    return (f"the checkpoint was written by a run of {procs} and this job has {now}: each "
+            "rank's env states and random streams are saved in it, so a different process "
+            "count cannot continue the run exactly. Resume with `trot train --resume "
+            f"RUN_DIR` (it keeps the run's process count, from config.json){torchrun}")
 
 
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

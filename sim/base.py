@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -20,6 +21,15 @@ RANDOMIZABLE_FIELDS = (
     "actuator_biasprm",
     "dof_damping",
 )
+
+
+def available_cpus() -> int:
+    """The cores this process may run on: its CPU affinity where the OS has one (a
+    distributed rank's share, `pin_cpus`; a taskset or a container's cpuset), else every
+    core. Thread pools are sized from this, never from os.cpu_count()."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 # MjData fields MuJoCo computes only on demand, in mj_rnePostConstraint (accelerations and

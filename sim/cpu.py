@@ -21,7 +21,6 @@ after the step, a few tens of microseconds per env, paid only by tasks that ask 
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 
@@ -35,6 +34,7 @@ from trot.sim.base import (
     MAX_STATE_VALUE,
     RANDOMIZABLE_FIELDS,
     RNE_POST_FIELDS,
+    available_cpus,
     check_field,
     sensor_slices,
     sensor_view,
@@ -66,7 +66,7 @@ class CpuSim:
         self.num_envs = n = num_envs
         self.substeps = substeps
         self.device = torch.device("cpu")
-        self.nthread = max(1, nthread or os.cpu_count() or 1)
+        self.nthread = max(1, nthread or available_cpus())  # this process's cores
         self.fields = tuple(dict.fromkeys(fields))
         for f in self.fields:
             if f not in batch.DATA_FIELDS or f in ("qpos", "qvel", "sensordata"):

@@ -1,6 +1,8 @@
 """Data-parallel training (`trot.agents.distributed`) with two gloo processes on the CPU:
 replicas stay bitwise identical, two ranks with N envs make the update one rank makes with
-the same 2N envs, and a dead or hung rank ends the job with a clear error."""
+the same 2N envs, a dead or hung rank ends the job with a clear error, a crashed one is
+named with its exit status and last lines, and every rank leaves the job cleanly (no gloo
+thread survives into interpreter exit, where it could abort the process)."""
 
 from __future__ import annotations
 
@@ -233,3 +235,181 @@ def test_nproc_launches_torchrun_and_resume_restores_every_rank(tmp_path):
     for ra, rb in zip(sa["ranks"], sb["ranks"]):  # every rank's envs were restored
         assert torch.equal(ra["env"]["obs"][0], rb["env"]["obs"][0])
     assert not torch.equal(sa["ranks"][0]["env"]["obs"][0], sa["ranks"][1]["env"]["obs"][0])
+
+
+# ---------------------------------------------------------------------- leaving the job
+def _thread_names() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
+_LINUX_THREADS = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
+                                    reason="thread names from /proc")
+
+
+def _shutdown_worker(rank: int, port: int) -> None:
+    comm = _join(rank, 2, port)
+    # as the Trainer does after joining: an optimizer (torch.optim imports torch._dynamo,
+    # which imports torch.distributed.nn.functional: it bound group.WORLD as a default)
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(3))])
+    comm._gather(torch.ones(4))
+    shutdown()
+    alive = [n for n in _thread_names() if "gloo" in n]
+    # a gloo thread alive at interpreter exit can abort the process (SIGABRT) when it
+    # drops the last collective's tensors after the interpreter started to finalize
+    assert not alive, f"rank {rank}: gloo threads outlive shutdown(): {alive}"
+
+
+@_LINUX_THREADS
+def test_shutdown_leaves_no_gloo_thread_behind():
+    _spawn(_shutdown_worker)
+
+
+_EXIT_PROBE = '''
+import atexit, os
+
+def _record():  # the threads still alive when this interpreter exits
+    rank, out = os.environ.get("RANK"), os.environ.get("TROT_TEST_EXIT_PROBE")
+    if rank is None or not out:
+        return
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    with open(os.path.join(out, f"threads.{rank}"), "w") as f:
+        f.write("\\n".join(names))
+
+atexit.register(_record)
+'''
+
+
+def _small_run(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "trot", "train", TASK, "--nproc", "2", "--num-envs", "16",
+            "--max-env-steps", "2000", "--no-export", "--run-dir", str(run_dir),
+            "--dist-timeout", "60", "--agent.actor-hidden", "16", "16",
+            "--agent.critic-hidden", "16", "16"]
+
+
+@_LINUX_THREADS
+def test_a_rank_late_to_shutdown_still_exits_cleanly(tmp_path):
+    """Rank 1 sleeps 3 s before leaving (TROT_DELAY_AT) while rank 0 is done: both exit 0,
+    no gloo thread is left when either interpreter exits, and the output streams live."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_EXIT_PROBE)
+    env = dict(os.environ, TROT_DELAY_AT="before-shutdown:3:1", TROT_TEST_EXIT_PROBE=str(probe),
+               PYTHONPATH=os.pathsep.join([str(probe), *filter(None, [
+                   os.environ.get("PYTHONPATH")])]))
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen(_small_run(run_dir), env=env, cwd=tmp_path, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = p.stdout.readline()
+        live = p.poll() is None  # rank 0's first line came while the job still ran
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err[-3000:]
+    assert first.startswith("run directory:") and live, first
+    assert out.strip().splitlines()[-1] == str(run_dir)
+    assert "terminate called" not in err and "trot: warning" not in err, err[-3000:]
+    for rank in (0, 1):
+        names = (probe / f"threads.{rank}").read_text().split()
+        assert not [n for n in names if "gloo" in n], (rank, names)
+
+
+def test_a_crashed_rank_is_named_with_its_exit_code_and_last_lines(tmp_path):
+    """Rank 0 alone logs, so TROT_CRASH_AT=logged:2 kills only rank 0 (os._exit(86))."""
+    from trot.faults import CRASH_EXIT
+
+    env = dict(os.environ, TROT_CRASH_AT="logged:2")
+    p = subprocess.run(_small_run(tmp_path / "run"), env=env, cwd=tmp_path, text=True,
+                       capture_output=True, timeout=180, check=False)
+    assert p.returncode == 2, p.stderr[-3000:]
+    head = "trot: error: distributed training failed: "
+    report = p.stderr[p.stderr.index(head) + len(head):]
+    first = report.splitlines()[0]
+    assert f"rank 0 exited with code {CRASH_EXIT}" in first, report
+    assert "last lines rank 0 printed (stdout):\n  run directory: " in report, report
+    assert "run directory: " in p.stdout  # and it had reached the console too
+
+
+def test_the_failure_report_puts_the_rank_that_failed_first(tmp_path):
+    """A rank killed by a signal is named with it; ranks torchrun stopped come after."""
+    from torch.distributed.elastic.multiprocessing.errors import (
+        ChildFailedError,
+        ProcessFailure,
+    )
+
+    from trot.cli import _failure_report
+
+    abort = "terminate called without an active exception\n"
+    for rank, text in ((0, "it     5 | ...\n"), (1, abort)):
+        d = tmp_path / "run_x" / "attempt_0" / str(rank)
+        d.mkdir(parents=True)
+        (d / "stdout.log").write_text("" if rank else text)
+        (d / "stderr.log").write_text(text if rank else "")
+    failures = {0: ProcessFailure(0, 11, -signal.SIGTERM, "<N/A>"),
+                1: ProcessFailure(1, 12, -signal.SIGABRT, "<N/A>")}
+    report = _failure_report(ChildFailedError("trot", failures), tmp_path)
+    first, *rest = report.splitlines()
+    assert first == ("rank 1 was killed by signal SIGABRT (6) (pid 12); "
+                     "rank 0 was killed by signal SIGTERM (15) (pid 11)")
+    assert rest[:2] == ["last lines rank 1 printed (stderr):",
+                        "  terminate called without an active exception"]
+    assert rest[2:] == ["last lines rank 0 printed (stdout):", "  it     5 | ..."]
+
+
+# ---------------------------------------------------------------------- cores and counts
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two cores")
+def test_thread_pools_follow_the_affinity():
+    """pin_cpus narrows each rank's affinity: the cpu sim's pool and torch's threads follow
+    it (os.cpu_count() would give every core of the machine to every rank)."""
+    code = ("import os, mujoco, torch\n"
+            "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+            "from trot.agents.trainer import set_threads\n"
+            "from trot.sim.cpu import CpuSim\n"
+            "m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><body><freejoint/>"
+            "<geom size=\".1\"/></body></worldbody></mujoco>')\n"
+            "set_threads(0)\n"
+            "print(CpuSim(m, 4).nthread, torch.get_num_threads())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["1", "1"]
+
+
+def test_resuming_with_another_process_count_is_refused():
+    """Each rank's envs and random streams are in the checkpoint: a job of another size
+    cannot continue it exactly, and is told how to resume instead of starting fresh envs."""
+    from trot.agents.trainer import build
+
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,),
+                                rollout_steps=4)
+    cfg = TrainConfig(task=TASK, num_envs=8, agent=agent, max_env_steps=10**6)
+    one = build(cfg)
+    one.iterate()
+    state = one.state_dict()  # written by one process
+    other = build(cfg)
+    before = _state_vector(other)
+    other.comm = Comm(rank=0, world_size=2)  # as under torchrun; no collective comes first
+    with pytest.raises(ValueError, match=r"run of 1 process and this job has 2: .*"
+                                         r"`trot train --resume RUN_DIR`"):
+        other.load_state_dict(state)
+    assert torch.equal(_state_vector(other), before)  # nothing was loaded
+    state["ranks"] = state["ranks"] * 2  # as if written by two
+    other.comm = Comm()
+    with pytest.raises(ValueError, match=r"run of 2 processes and this job has 1: .*"
+                                         r"torchrun --nproc_per_node=2 -m trot train --resume"):
+        other.load_state_dict(state)

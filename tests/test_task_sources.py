@@ -131,3 +131,14 @@ def test_a_plugin_that_reuses_a_name_is_an_error_naming_both(tmp_path):
     assert p.returncode == 2
     assert ("'cartpole-balance' is registered twice: by trot and by entry point clash = "
             "clash_tasks") in p.stderr
+
+
+def test_nproc_passes_the_task_file_to_every_worker(tmp_path):
+    """--tasks reaches torchrun's workers: each imports the file before the name lookup."""
+    path = _task_file(tmp_path / "code", "user-cartpole-dp")
+    run = tmp_path / "run"
+    p = _trot(["train", "user-cartpole-dp", "--tasks", str(path), "--nproc", "2",
+               "--num-envs", "8", "--agent.rollout-steps", "8", "--max-env-steps", "256",
+               "--no-export", "--run-dir", str(run)], tmp_path, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (run / "checkpoint.pt").is_file()

@@ -192,9 +192,9 @@ def test_lagged_actor_acts_with_the_snapshot_k_updates_old(tmp_path):
     seen, after = [], [{k: v.clone() for k, v in tr.ac.actor.state_dict().items()}]
     orig_act = tr.algo.act
 
-    def spy(obs, actor=None):
+    def spy(obs, actor=None, gen=None):
         seen.append({k: v.clone() for k, v in actor.state_dict().items()})
-        return orig_act(obs, actor)
+        return orig_act(obs, actor, gen)
 
     tr.algo.act = spy
     for _ in range(5):

@@ -31,11 +31,12 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
     active = torch.ones(n, dtype=torch.bool, device=dev)
     term = torch.zeros(n, dtype=torch.bool, device=dev)
     traces: dict[str, list[Tensor]] = {}
+    env.record_eval_metrics = True  # read before the step's resets, not after
     for _ in range(env.max_episode_steps):
         res = env.step(policy(obs.policy).clamp(-1.0, 1.0))
         ret += res.reward * active
         length += active.float()
-        for k, v in env.task.eval_metrics(env.sim).items():
+        for k, v in env.eval_step.items():
             traces.setdefault(k, []).append(torch.where(active, v.float(), torch.nan))
         term |= res.terminated & active
         active &= ~(res.terminated | res.truncated)

@@ -113,6 +113,9 @@ class Env:
         self._shared_critic = task.critic_terms() == task.policy_terms()
         self.reward_terms: tuple[str, ...] = ()
         self.stats = EpisodeStats(n, 0, dev)
+        # evaluation only: Task.eval_metrics of the state each step reached, before resets
+        self.record_eval_metrics = False
+        self.eval_step: dict[str, Tensor] = {}
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
 
@@ -229,6 +232,8 @@ class Env:
         truncated = done ^ terminated  # the time limit, where the task did not terminate
         n_unstable = self._no_unstable if stable else unstable.sum()
         reward = self._record(reward, terms, done, None if stable else unstable, n_unstable)
+        if self.record_eval_metrics:  # before the reset: an ended env's last state counts
+            self.eval_step = self.task.eval_metrics(self.sim)
 
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,

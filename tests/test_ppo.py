@@ -210,13 +210,25 @@ def test_adapt_lr_clamped_to_bounds():
     assert lr.item() == pytest.approx(hi)
 
 
-def test_update_adapts_lr_and_optimizer_reads_it():
-    cfg = _cfg(desired_kl=0.01, epochs=2, minibatches=2, learning_rate=1e-3)
+@pytest.mark.parametrize("shift, factor", [(0.0, 1.5), (5.0, 1 / 1.5)])
+def test_update_adapts_lr_and_optimizer_reads_it(shift, factor):
+    """One minibatch: the KL against the behaviour policy is 0 on-policy (shift 0: below
+    half the target, lr x 1.5) or huge with the behaviour means moved 5 away (lr / 1.5);
+    the lr changes before the step, and Adam's first step moves each weight by about lr."""
+    cfg = _cfg(desired_kl=0.01, epochs=1, minibatches=1, learning_rate=1e-3)
     ac, batch = _setup(cfg)
+    batch = dataclasses.replace(batch, action_mean=batch.action_mean + shift)
     algo = PPO(ac, cfg, CPU)
-    algo.update(batch, torch.Generator().manual_seed(0))
-    assert algo.lr.item() != pytest.approx(1e-3)  # tiny KL at first: lr grew
+    before = ac.actor.mean.weight.detach().clone()
+    stats = algo.update(batch, torch.Generator().manual_seed(0))
+    assert algo.lr.item() == pytest.approx(1e-3 * factor, rel=1e-6)
+    assert (stats["kl"].item() > 0.02) == (shift > 0)
     assert algo.optimizer.param_groups[0]["lr"] is algo.lr
+    step = (ac.actor.mean.weight.detach() - before).abs()  # [A, H]
+    moved = step[step > 0]
+    # Adam's first update is lr * g / (|g| + eps): lr for every weight with a gradient
+    assert moved.numel() > 0 and torch.allclose(moved, torch.full_like(moved, 1e-3 * factor),
+                                                rtol=1e-3)
 
 
 # ---------------------------------------------------------------------- validation

@@ -110,14 +110,19 @@ class PPO:
                             flat(ro.values))
 
     def update(self, batch: Batch, gen: torch.Generator,
-               behaviour_log_std: Tensor | None = None) -> dict[str, Tensor]:
+               lagged: bool = False) -> dict[str, Tensor]:
         """Epochs of minibatch SGD. Returns 0-d device tensors (means over minibatches).
-        `behaviour_log_std` [A]: the std of the policy that collected the batch (a lagged
-        snapshot's); default the learner's own at update start (no lag)."""
+
+        The KL that steers the adaptive rate is between the policy before this update and
+        the policy now. Without lag the batch's `action_mean` are that policy's own means.
+        `lagged`: the batch was collected by an older policy (--actor-lag), whose means
+        would put the KL at K updates' distance and the rate at its floor; the pre-update
+        means are then computed here (one forward) and written into the batch."""
         cfg, ac = self.cfg, self.ac
-        # behaviour policy's (state-free) std, for the KL against the behaviour policy
-        old_log_std = (ac.actor.log_std if behaviour_log_std is None
-                       else behaviour_log_std).detach().clone()
+        old_log_std = ac.actor.log_std.detach().clone()  # [A], the pre-update policy's
+        if lagged:
+            with torch.no_grad():
+                batch.action_mean.copy_(ac.actor(batch.obs))  # a view into batch.table
         sums = torch.zeros(7, device=self.device)
         size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):

@@ -98,8 +98,7 @@ class Trainer:
         set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
         batch = self.algo.prepare(ro)
         behaviour = self.behaviour_actor
-        stats = self.algo.update(batch, self.gen,
-                                 None if behaviour is None else behaviour.log_std)
+        stats = self.algo.update(batch, self.gen, lagged=behaviour is not None)
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()

@@ -311,3 +311,20 @@ def test_packed_batch_gathers_and_slices_like_its_fields():
     for got, part in zip(b[idx][5:17].fields(), parts):
         assert torch.equal(got, part[idx][5:17])
     assert len(b[idx][5:17]) == 12
+
+
+def test_kl_under_actor_lag_is_against_the_policy_before_this_update():
+    """A batch from a policy K updates old (its means moved 5 away): the adaptive rate must
+    see the KL between this update's start and now (0 before the first step: lr x 1.5),
+    not the distance to the behaviour policy (huge: lr / 1.5, to the floor over time)."""
+    cfg = _cfg(desired_kl=0.01, epochs=1, minibatches=1, learning_rate=1e-3)
+    ac, batch = _setup(cfg)
+    batch = Batch.packed(batch.obs, batch.critic_obs, batch.actions, batch.log_probs,
+                         batch.action_mean + 5.0, batch.advantages, batch.returns,
+                         batch.values)
+    with torch.no_grad():
+        before = ac.actor(batch.obs).clone()
+    stats = PPO(ac, cfg, CPU).update(batch, torch.Generator().manual_seed(0), lagged=True)
+    assert stats["kl"].item() < 1e-10
+    assert stats["learning_rate"].item() == pytest.approx(1.5e-3, rel=1e-6)
+    assert torch.equal(batch.action_mean, before)  # the reference the KL used

@@ -162,7 +162,8 @@ class CpuSim:
             failed = e.ids
         if self._rne64:
             self._rne_post(np.arange(self.num_envs))
-        self._restored64 = {}
+        if self._restored64:  # the step recomputed them
+            self._restored64 = {}
         self._refresh()
         self._diverged_np()
         if failed is not None:

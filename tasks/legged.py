@@ -45,6 +45,9 @@ class LeggedVelocity(Task[LeggedConfig]):
     def build(self) -> mujoco.MjSpec:
         spec = lr.prepare(self.robot)
         self._floor_name = lr.floor_geom(spec)
+        r = self.robot  # names the spec fixes, for observation terms and bind
+        self._contact_names = {b: lr.contact_sensors(r, spec, b)
+                               for b in (*r.terminate_contacts, *r.penalize_contacts)}
         return spec
 
     def command_ranges(self) -> dict[str, list[float]]:
@@ -69,16 +72,17 @@ class LeggedVelocity(Task[LeggedConfig]):
         return self._home_pose
 
     def _model(self) -> mujoco.MjModel:
-        """The compiled model (once; observation terms need ids before the sim exists)."""
+        """The compiled model: the sim's once bound, else compiled here once (observation
+        terms of a task that has no sim yet)."""
         if not hasattr(self, "_compiled"):
-            self._spec = self.build()
-            self._compiled = self._spec.compile()
+            self._compiled = self.build().compile()
         return self._compiled
 
     def _contacts(self, bodies: tuple[str, ...]) -> list[str]:
         """The touch sensors of these contact bodies (legged_robot.contact_sensors)."""
-        self._model()
-        return [x for b in bodies for x in lr.contact_sensors(self.robot, self._spec, b)]
+        if not hasattr(self, "_contact_names"):
+            self.build()
+        return [x for b in bodies for x in self._contact_names[b]]
 
     # ---------------------------------------------------------------- observations
     def policy_terms(self) -> tuple[ObsTerm, ...]:
@@ -120,6 +124,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         m, c, r = sim.model, self.config, self.robot
         n, dev = sim.num_envs, sim.device
         self.dt = sim.control_dt
+        self._compiled = m  # the model the env compiled from this task's build()
         acts = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0])
                 for i in range(m.nu)]
         if tuple(acts) != r.joints:

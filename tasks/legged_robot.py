@@ -15,6 +15,7 @@ index is its actuator's. The exported policy.json carries the gains the sim used
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -187,7 +188,7 @@ def _touch_site(body: mujoco.MjsBody, g: mujoco.MjsGeom, name: str) -> None:
         size[1] = g.size[1]  # the half-length: the end caps already grew with the radius
     site = body.add_site(name=name, type=g.type, size=size, pos=list(g.pos),
                          quat=list(g.quat), group=4)
-    if not any(x != x for x in g.fromto):  # a geom placed by fromto (no NaN)
+    if not math.isnan(g.fromto[0]):  # a geom placed by fromto
         site.fromto = list(g.fromto)
 
 

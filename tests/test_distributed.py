@@ -351,7 +351,7 @@ def test_the_failure_report_puts_the_rank_that_failed_first(tmp_path):
         ProcessFailure,
     )
 
-    from trot.cli import _failure_report
+    from trot.launch import _failure_report
 
     abort = "terminate called without an active exception\n"
     for rank, text in ((0, "it     5 | ...\n"), (1, abort)):

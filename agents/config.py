@@ -6,8 +6,8 @@ PPO update *is* the A2C update (one epoch, one minibatch, no clipping).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -98,3 +98,15 @@ class PPOConfig:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
+
+
+def tuned(overrides: tuple[tuple[str, Any], ...] | None) -> PPOConfig:
+    """The PPOConfig of a task's registered agent overrides (`register(..., agent={...})`:
+    plain data, so tasks never import the agents). Unknown names are refused."""
+    names = {f.name for f in fields(PPOConfig)}
+    given = dict(overrides or ())
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise ValueError(f"agent overrides name unknown PPOConfig fields {unknown}; "
+                         f"accepted: {', '.join(sorted(names))}")
+    return PPOConfig(**given)

@@ -30,6 +30,7 @@ from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
 from trot.agents.trainer import build
+from trot.agents.config import tuned
 from trot.config import TrainConfig, save_json
 from trot.tasks.registry import get_task, make_env
 
@@ -70,7 +71,7 @@ def main() -> None:
     if entry.task_cls.command_dim == 0:
         p.error(f"{a.task} has no velocity command; pick a legged task")
     run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
-    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=entry.agent,
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=tuned(entry.agent),
                       env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
     trainer = build(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)

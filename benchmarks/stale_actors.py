@@ -50,7 +50,7 @@ def run_one(args: tuple[str, int, int, int]) -> tuple[str, int, int, np.ndarray,
     from trot.tasks.registry import get_task, make_env
 
     entry = get_task("cartpole-balance")
-    agent = dataclasses.replace(entry.agent, rollout_steps=16, desired_kl=0.0,
+    agent = dataclasses.replace(tuned(entry.agent), rollout_steps=16, desired_kl=0.0,
                                 learning_rate=1e-3, **LEARNERS[learner])
     cfg = TrainConfig(task="cartpole-balance", num_envs=16, seed=seed, agent=agent,
                       actor_lag=lag, max_env_steps=10**12, torch_threads=1)

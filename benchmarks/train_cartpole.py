@@ -26,6 +26,7 @@ import time
 from trot.agents.evaluate import run_episodes
 from trot.agents.trainer import build, set_threads
 from trot.bench import env_loop
+from trot.agents.config import tuned
 from trot.config import TrainConfig
 from trot.tasks.registry import get_task, make_env
 
@@ -52,7 +53,7 @@ def main() -> None:
     a = p.parse_args()
 
     entry = get_task(a.task)
-    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=entry.agent,
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=tuned(entry.agent),
                       max_env_steps=10**12)
     trainer = build(cfg)
     eval_env = make_env(a.task, 16, seed=1000 + a.seed,

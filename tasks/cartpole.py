@@ -15,7 +15,6 @@ import mujoco
 import torch
 from torch import Tensor
 
-from trot.agents.config import PPOConfig
 from trot.sim.base import BatchedSim
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.observation import ObsTerm
@@ -126,8 +125,8 @@ SWINGUP = replace(BALANCE, swingup=True, init_angle=0.2)
 # Balance is easy: small ReLU nets and fewer epochs keep the update cheap next to physics.
 register("cartpole-balance", Cartpole, BALANCE,
          "keep a pole upright on a cart; +1 per step, ends when it falls (max return 500)",
-         agent=PPOConfig(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
-                         epochs=2, minibatches=2))
+         agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
+                    epochs=2, minibatches=2))
 register("cartpole-swingup", Cartpole, SWINGUP,
          "swing a hanging pole up and hold it; smooth upright*centered reward, no early end",
-         agent=PPOConfig())
+         agent={})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trot.agents.config import PPOConfig
 from trot.tasks.legged import LeggedConfig, LeggedVelocity, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.registry import register
@@ -36,10 +35,9 @@ class Go1Flat(LeggedVelocity):
 
 Go1FlatConfig = LeggedConfig  # the Go1's settings are LeggedConfig's defaults
 
-GO1_AGENT = PPOConfig(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3,
-                      gamma=0.99, lam=0.95, entropy_coef=0.0025, desired_kl=0.01,
-                      init_log_std=-0.5, actor_hidden=(256, 128, 64),
-                      critic_hidden=(256, 128, 64), activation="elu")
+GO1_AGENT = dict(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
+                 lam=0.95, entropy_coef=0.0025, desired_kl=0.01, init_log_std=-0.5,
+                 actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), activation="elu")
 
 register(
     "go1-flat", Go1Flat, config_for(GO1),

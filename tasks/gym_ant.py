@@ -38,7 +38,6 @@ import mujoco
 import torch
 from torch import Tensor
 
-from trot.agents.config import PPOConfig
 from trot.sim.base import BatchedSim
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.observation import ObsTerm
@@ -162,9 +161,9 @@ ANT = GymAntConfig()
 # Tuned on the 2-core CPU (3-minute runs, 64 envs): lr 1e-3 under the KL-adaptive schedule
 # and 5 epochs reached a training return of 1100 in 1m53s, where lr 3e-4 / 8 epochs /
 # log-std -0.5 was at about 450. A small initial std keeps the control cost low early.
-ANT_PPO = PPOConfig(rollout_steps=32, epochs=5, minibatches=4, learning_rate=1e-3,
-                    gamma=0.99, lam=0.95, init_log_std=-1.0, actor_hidden=(64, 64),
-                    critic_hidden=(64, 64), activation="elu")
+ANT_PPO = dict(rollout_steps=32, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
+               lam=0.95, init_log_std=-1.0, actor_hidden=(64, 64), critic_hidden=(64, 64),
+               activation="elu")
 
 register("gym-ant", GymAnt, ANT,
          "Gymnasium Ant-v5, the same MDP (27-dim observation: qpos[2:] + qvel); "

@@ -4,6 +4,7 @@ settings. Variants are further `register` calls with `dataclasses.replace(base, 
 from __future__ import annotations
 
 from dataclasses import dataclass, is_dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import mujoco
@@ -22,8 +23,9 @@ class TaskEntry:
     task_cls: type[Task]
     config: TaskConfig
     description: str
-    agent: Any = None
-    """tuned agent defaults for this task (a trot.agents config), or None for the global ones"""
+    agent: tuple[tuple[str, Any], ...] = ()
+    """tuned agent settings for this task: (PPOConfig field, value) pairs over the defaults,
+    as plain data (the agents read them: trot.agents.config.tuned)"""
     source: TaskSource = BUILTIN
     """where the task's code lives (recorded by runs and exports; tasks/sources.py)"""
 
@@ -32,14 +34,18 @@ _REGISTRY: dict[str, TaskEntry] = {}
 
 
 def register(name: str, task_cls: type[Task], config: TaskConfig, description: str,
-             agent: Any = None) -> TaskEntry:
+             agent: Mapping[str, Any] | tuple[tuple[str, Any], ...] | None = None
+             ) -> TaskEntry:
+    """agent: PPOConfig fields to override for this task, e.g. {"epochs": 2} (or another
+    entry's `agent` pairs)."""
     source = current_source()
     if name in _REGISTRY:
         raise DuplicateTaskError(f"task {name!r} is registered twice: by "
                          f"{_REGISTRY[name].source.describe()} and by {source.describe()}")
     if not (is_dataclass(config) and isinstance(config, TaskConfig)):
         raise TypeError(f"config for {name!r} must be a TaskConfig dataclass instance")
-    entry = TaskEntry(name, task_cls, config, description, agent, source)
+    entry = TaskEntry(name, task_cls, config, description, tuple(dict(agent or {}).items()),
+                      source)
     _REGISTRY[name] = entry
     return entry
 

@@ -59,3 +59,40 @@ def test_importing_every_trot_module_changes_no_process_state():
     for key in ("threads", "interop", "dtype", "deterministic", "grad", "signals", "rng"):
         assert after[key] == before[key], f"{key} changed at import: {before[key]} -> " \
                                           f"{after[key]}"
+
+
+LAYERS = r"""
+import importlib, pkgutil, sys
+import trot.tasks, trot.sim
+for p in ("trot.tasks", "trot.sim"):
+    for m in pkgutil.iter_modules(importlib.import_module(p).__path__):
+        importlib.import_module(f"{p}.{m.name}")
+import trot.tasks.registry as r
+r.get_task("go1-flat")  # loads plugins too
+print(sorted(m for m in sys.modules if m.startswith(("trot.agents", "trot.export"))))
+"""
+
+
+def test_tasks_and_sims_do_not_import_the_agents():
+    """The dependency runs one way: agents (and exports) read tasks, never the reverse. The
+    bug: a task module importing trot.agents.config for its tuned settings."""
+    out = subprocess.run([sys.executable, "-c", LAYERS], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out.replace("'", '"')) == []
+
+
+def test_registered_agent_overrides_are_read_and_unknown_names_refused():
+    import dataclasses
+
+    import pytest
+
+    from trot.agents.config import PPOConfig, tuned
+    from trot.tasks.registry import get_task
+
+    go1 = tuned(get_task("go1-flat").agent)
+    assert (go1.rollout_steps, go1.actor_hidden) == (24, (256, 128, 64))
+    assert dataclasses.replace(go1, rollout_steps=16, actor_hidden=(64, 64),
+                               critic_hidden=(64, 64), entropy_coef=0.0,
+                               init_log_std=0.0) == PPOConfig()
+    with pytest.raises(ValueError, match=r"unknown PPOConfig fields \['epoch'\].*epochs"):
+        tuned((("epoch", 3),))

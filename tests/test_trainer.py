@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from trot.agents.checkpoint import CheckpointError, atomic_write, load_checkpoint
-from trot.agents.config import PPOConfig
+from trot.agents.config import PPOConfig, tuned
 from trot.agents.trainer import (CHECKPOINT, MAX_CONSECUTIVE_NAN, TrainingDiverged, build,
                                  resume_run)
 from trot.config import TrainConfig, save_json
@@ -125,7 +125,7 @@ def test_resume_is_bitwise_on_every_task(tmp_path, task):
     """Straight against checkpointed-and-resumed, on every registered task (cpu backend):
     tasks differ in what the sim tracks (gym-ant's cfrc_ext, go1's randomized parameters),
     and a state the checkpoint misses shows up as differing weights."""
-    agent = dataclasses.replace(get_task(task).agent or PPOConfig(), rollout_steps=4,
+    agent = dataclasses.replace(tuned(get_task(task).agent), rollout_steps=4,
                                 minibatches=2, epochs=2, actor_hidden=(16,),
                                 critic_hidden=(16,))
     cfg = TrainConfig(task=task, num_envs=4, agent=agent, max_env_steps=10**7,

@@ -92,7 +92,7 @@ def cmd_sim_bench(args: list[str]) -> int:
 
 def parse_train(args: list[str]):
     """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`."""
-    from trot.agents.config import PPOConfig
+    from trot.agents.config import tuned
     from trot.config import TrainConfig
     from trot.tasks.registry import get_task
 
@@ -101,7 +101,7 @@ def parse_train(args: list[str]):
         "TrainConfig", [("env", type(entry.config), dataclasses.field(
             default_factory=lambda: entry.config))], bases=(TrainConfig,), frozen=True)
     cls.__doc__ = f"Train {entry.name}: {entry.description}"
-    default = cls(task=entry.name, agent=entry.agent or PPOConfig(), env=entry.config)
+    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config)
     parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"trot train {entry.name}")
     if parsed.task != entry.name:
         raise ValueError("give the task as the first argument, not --task")

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trot.agents.config import PPOConfig
+from trot.agents.config import PPOConfig, tuned
 from trot.tasks.base import Observation, Task, TaskConfig
 from trot.tasks.registry import get_task, make_env
 
@@ -142,7 +142,7 @@ def make_config(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int
                 task_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """An rl_games YAML-style config ({"params": ...}) from the task's tuned trot agent
     settings, mapped field by field (PopArt becomes rl_games' value normalization)."""
-    a = agent or get_task(task).agent or PPOConfig()
+    a = agent or tuned(get_task(task).agent)
     a.validate(num_envs)
     if not a.clip:
         raise ValueError("the rl_games adapter runs clipped PPO only (clip=True)")

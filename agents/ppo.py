@@ -123,19 +123,21 @@ class PPO:
         if lagged:
             with torch.no_grad():
                 batch.action_mean.copy_(ac.actor(batch.obs))  # a view into batch.table
-        sums = torch.zeros(7, device=self.device)
+        sums = None
         size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):
             # one gather per epoch; minibatches are then contiguous views of it
             shuffled = batch[torch.randperm(len(batch), generator=gen, device=self.device)]
             for k in range(cfg.minibatches):
-                sums += self._minibatch(shuffled[k * size:(k + 1) * size], old_log_std)
+                stats = self._minibatch(shuffled[k * size:(k + 1) * size], old_log_std)
+                row = torch.stack(list(stats.values()))  # [S]: one add per minibatch
+                sums = torch.zeros_like(row) if sums is None else sums
+                sums += row
         sums /= cfg.epochs * cfg.minibatches
-        keys = ("loss/policy", "loss/value", "entropy", "kl", "clip_fraction", "grad_norm",
-                "learning_rate")
-        return dict(zip(keys, sums.unbind()))
+        return dict(zip(stats, sums.unbind()))
 
-    def _minibatch(self, b: Batch, old_log_std: Tensor) -> Tensor:
+    def _minibatch(self, b: Batch, old_log_std: Tensor) -> dict[str, Tensor]:
+        """One SGD step on minibatch `b`; its statistics by logged name (0-d tensors)."""
         cfg, ac = self.cfg, self.ac
         dist = ac.actor.dist(b.obs)
         log_probs = dist.log_prob(b.actions).sum(-1)  # [B]
@@ -164,8 +166,9 @@ class PPO:
             self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-        return torch.stack([pg.detach(), vf.detach(), entropy.detach(), kl, clip_frac,
-                            grad_norm, self.lr.clone()])
+        return {"loss/policy": pg.detach(), "loss/value": vf.detach(),
+                "entropy": entropy.detach(), "kl": kl, "clip_fraction": clip_frac,
+                "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone()}

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from trot import faults
-from trot.agents.normalization import merge_moments
+from trot.agents.normalization import masked_moments, merge_moments
 
 
 class DistributedError(RuntimeError):
@@ -54,13 +54,12 @@ class Comm:
         return self.world_size > 1
 
     # ------------------------------------------------------------------ statistics
-    def moments(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Moments of x: [B, *S] over B and over every rank's B (float64).
+    def moments(self, x: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Moments of x: [B, *S] over B (the rows where keep [B] is true, if given) and over
+        every rank's B (float64).
 
         Returns mean [*S], population var [*S] and the total count (0-d)."""
-        xb = x.detach().to(torch.float64)
-        n = torch.full((), float(x.shape[0]), dtype=torch.float64, device=x.device)
-        mean, var = xb.mean(0), xb.var(0, unbiased=False)  # [*S]
+        mean, var, n = masked_moments(x.detach().to(torch.float64), keep)  # [*S], [*S], []
         if not self.distributed:
             return mean, var, n
         shape = mean.shape

@@ -133,11 +133,14 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = ONE_PROCESS) -> None:
-        """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics."""
+        """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics,
+        outlier rows left out (RunningMeanStd.inliers, on each rank's own rows)."""
         if isinstance(self.actor.normalizer, RunningMeanStd):
-            self.actor.normalizer.merge(*comm.moments(obs))
+            norm = self.actor.normalizer
+            norm.merge(*comm.moments(obs, norm.inliers(obs)))
             if not self.shared:
-                self.critic.normalizer.merge(*comm.moments(critic_obs))
+                norm = self.critic.normalizer
+                norm.merge(*comm.moments(critic_obs, norm.inliers(critic_obs)))
 
 
 def gaussian_kl(mu0: Tensor, log_std0: Tensor, mu1: Tensor, log_std1: Tensor) -> Tensor:

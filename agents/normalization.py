@@ -27,11 +27,27 @@ def merge_moments(
       mean, var: [*S] moments of the union; n: n_a + n_b.
     """
     n = n_a + n_b
+    safe = n.clamp(min=1e-300) if isinstance(n, Tensor) else max(n, 1e-300)  # both empty
     delta = mean_b - mean_a  # [*S]
-    mean = mean_a + delta * (n_b / n)
+    mean = mean_a + delta * (n_b / safe)
     # Sum of squared deviations of the union = both partial sums + a between-set term.
-    m2 = var_a * n_a + var_b * n_b + delta * delta * (n_a * n_b / n)
-    return mean, m2 / n, n
+    m2 = var_a * n_a + var_b * n_b + delta * delta * (n_a * n_b / safe)
+    return mean, m2 / safe, n
+
+
+def masked_moments(x: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean [*S], population var [*S] and count (0-d) of the rows of x [B, *S] where keep
+    [B] is true (all rows when None). No rows: mean 0, var 0 and count 0, which any merge
+    absorbs."""
+    if keep is None:
+        n = torch.full((), float(x.shape[0]), dtype=x.dtype, device=x.device)
+        return x.mean(0), x.var(0, unbiased=False), n
+    k = keep.view(-1, *([1] * (x.dim() - 1)))  # [B, 1...]
+    n = keep.to(x.dtype).sum()
+    x = torch.where(k, x, 0.0)  # a left-out NaN must not reach the sums
+    mean = x.sum(0) / n.clamp(min=1.0)
+    var = torch.where(k, x - mean, 0.0).square().sum(0) / n.clamp(min=1.0)
+    return mean, var, n
 
 
 class RunningMeanStd(nn.Module):
@@ -39,7 +55,20 @@ class RunningMeanStd(nn.Module):
 
     The caller decides when to call `update` (e.g. on rollout observations only, never while
     evaluating or after export). `forward` uses only elementwise ops so it exports to ONNX.
+
+    Outlier rows stay out of the statistics (`inliers`): the count-weighted update never
+    forgets, so one env near divergence (values of 1e9, below the sim's 1e10 instability
+    mark) would otherwise inflate the variance for the rest of the run.
     """
+
+    SPREADS = 100.0
+    """a value is an outlier beyond this many spreads from the batch median"""
+    FLOOR = 1.0
+    """least spread, in input units: observation terms are scaled to O(1)"""
+    SAMPLE = 1024
+    """rows the median and MAD are taken over (every k-th): robust, and cheap to sort"""
+    MAX_FRACTION = 0.01
+    """a dimension with more outlier rows than this is shifting, not diverging: kept"""
 
     mean: Tensor
     var: Tensor
@@ -64,7 +93,26 @@ class RunningMeanStd(nn.Module):
         if x.shape[0] == 0:
             return
         xb = x.detach().to(self.mean.device, torch.float64)  # [B, *shape]
-        self.merge(xb.mean(0), xb.var(0, unbiased=False), float(x.shape[0]))
+        self.merge(*masked_moments(xb, self.inliers(xb)))
+
+    @torch.no_grad()
+    def inliers(self, x: Tensor) -> Tensor:
+        """[B] bool: rows of x [B, *shape] to fold into the statistics. A value is an
+        outlier when it is non-finite or farther than SPREADS spreads from the batch's
+        median, the spread being the largest of 1.4826 MAD (the batch's robust std), the
+        running std and FLOOR. Rows with an outlier are left out, unless a dimension has
+        more than MAX_FRACTION of them: then that dimension moved, and it keeps its rows
+        (rows with a non-finite value are left out in any case)."""
+        xb = x.detach().to(self.mean.device, torch.float64).flatten(1)  # [B, D]
+        sample = xb[::max(1, xb.shape[0] // self.SAMPLE)]  # [<= 2 SAMPLE, D] every k-th row
+        med = sample.nanmedian(0).values  # [D]
+        mad = (sample - med).abs().nanmedian(0).values  # [D]
+        run = torch.where(self.count > 0, self.var.sqrt().flatten(), torch.zeros_like(mad))
+        spread = torch.maximum(torch.maximum(1.4826 * mad, run),
+                               torch.full_like(mad, self.FLOOR))
+        bad = ~((xb - med).abs() <= self.SPREADS * spread)  # [B, D], NaN counts as bad
+        rare = bad.double().mean(0) <= self.MAX_FRACTION  # [D]
+        return ~((bad & rare).any(1) | ~xb.isfinite().all(1))  # non-finite: always out
 
     @torch.no_grad()
     def merge(self, mean: Tensor, var: Tensor, count: Tensor | float) -> None:
@@ -74,8 +122,10 @@ class RunningMeanStd(nn.Module):
         new_mean, new_var, new_count = merge_moments(
             self.mean, self.var, self.count, mean_b, var_b, count
         )
-        self.mean.copy_(new_mean)
-        self.var.copy_(new_var)
+        some = torch.as_tensor(new_count, dtype=torch.float64, device=self.count.device) > 0
+        # no rows on either side: keep the statistics (no host sync to ask)
+        self.mean.copy_(torch.where(some, new_mean, self.mean))
+        self.var.copy_(torch.where(some, new_var, self.var))
         self.count.copy_(new_count)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -60,6 +60,71 @@ def test_update_rejects_wrong_shape() -> None:
         RunningMeanStd(3).update(torch.randn(10, 4))
 
 
+def _batch(rng: np.random.Generator, n: int = 1024) -> np.ndarray:
+    """[n, 6] observations with varied means and scales, as a policy sees."""
+    return rng.normal([0.0, 3.0, -1.0, 0.0, 20.0, 0.5], [1.0, 0.1, 2.0, 5.0, 3.0, 0.01],
+                      size=(n, 6))
+
+
+@pytest.mark.parametrize("bad", [1e9, -1e5, float("nan")])
+@pytest.mark.parametrize("fresh", [True, False])
+def test_one_diverging_env_leaves_the_statistics_alone(bad: float, fresh: bool) -> None:
+    """One env of 1e9 (or 1e5, or NaN) among 1,024: the mean stays within 0.01 std and
+    the std within 1% of numpy's statistics without it. The bug: every row folded in, so
+    one near-diverged env inflated the variance for the rest of the run."""
+    rng = np.random.default_rng(3)
+    rms = RunningMeanStd(6)
+    clean = [_batch(rng) for _ in range(1 if fresh else 2)]
+    if not fresh:
+        rms.update(torch.from_numpy(clean[0]))
+    poisoned = clean[-1].copy()
+    poisoned[17] = bad  # every dimension of one env
+    rms.update(torch.from_numpy(poisoned))
+    data = np.concatenate(clean)
+    std = data.std(0)
+    assert np.all(np.abs(rms.mean.numpy() - data.mean(0)) <= 0.01 * std)
+    assert np.all(np.abs(np.sqrt(rms.var.numpy()) / std - 1.0) <= 0.01)
+    assert rms.count.item() == len(data) - 1
+
+
+def test_a_moving_distribution_is_followed_not_locked_out() -> None:
+    """Every row 1000 std away from the running mean is a shift (a command range that
+    widened, a robot that learned to run), not an outlier: the statistics take it all. The
+    bug: an outlier test against the running statistics alone, which then refuses every
+    later batch."""
+    rng = np.random.default_rng(4)
+    first, moved = _batch(rng), _batch(rng) + 1000.0 * np.array([1.0, 0.1, 2.0, 5.0, 3.0, 0.01])
+    rms = RunningMeanStd(6)
+    rms.update(torch.from_numpy(first))
+    rms.update(torch.from_numpy(moved))
+    data = np.concatenate([first, moved])
+    np.testing.assert_allclose(rms.mean.numpy(), data.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(rms.var.numpy(), data.var(0), rtol=1e-9)
+
+
+def test_outliers_in_many_rows_of_a_dimension_are_kept() -> None:
+    """2% of rows far out in one dimension: a heavy tail of that dimension, kept (the rule
+    leaves out rare rows only), so the statistics are numpy's over the whole batch."""
+    rng = np.random.default_rng(5)
+    x = _batch(rng)
+    x[::50, 3] = 1e4  # 21 of 1,024 rows
+    rms = RunningMeanStd(6)
+    rms.update(torch.from_numpy(x))
+    np.testing.assert_allclose(rms.mean.numpy(), x.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(rms.var.numpy(), x.var(0), rtol=1e-9)
+    assert rms.count.item() == len(x)
+
+
+def test_a_batch_of_outliers_only_changes_nothing() -> None:
+    """No row kept (one row, non-finite): the statistics stay finite and unchanged."""
+    rms = RunningMeanStd(2)
+    rms.update(torch.tensor([[1.0, 2.0], [3.0, 5.0]]))
+    before = {k: v.clone() for k, v in rms.state_dict().items()}
+    rms.update(torch.tensor([[float("inf"), 0.0]]))
+    for k, v in rms.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 def test_merge_moments_associative_and_exact() -> None:
     rng = np.random.default_rng(2)
     parts = [rng.normal(rng.uniform(-10, 10), rng.uniform(0.1, 5), size=(n, 5)) for n in (3, 40, 17)]

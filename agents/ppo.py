@@ -28,7 +28,7 @@ def surrogate_loss(log_probs: Tensor, old_log_probs: Tensor, adv: Tensor, clip: 
         return -(ratio * adv).mean(), torch.zeros((), device=adv.device)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = -torch.minimum(ratio * adv, clipped * adv).mean()
-    frac = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).float().mean()
+    frac = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(ratio.dtype).mean()
     return loss, frac
 
 
@@ -61,7 +61,10 @@ class PPO:
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
                  comm: Comm = ONE_PROCESS):
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
-        self.lr = torch.tensor(cfg.learning_rate, device=device)
+        # in the net's dtype: float32 in training; float64 in the reference test, where a
+        # float32 rate alone would put the two updates 1e-8 apart instead of 1e-16
+        self.lr = torch.tensor(cfg.learning_rate, device=device,
+                               dtype=next(ac.parameters()).dtype)
         # fused: one kernel for all parameters (4x faster steps on CPU for small nets); it
         # also accepts the tensor learning rate
         self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr, fused=True)
@@ -85,7 +88,8 @@ class PPO:
 
     @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:
-        """GAE on unnormalized values, then PopArt moves to the new returns."""
+        """GAE on unnormalized values, then PopArt moves to the new returns. The advantages
+        stay raw: `update` normalizes them as `advantage_norm` says."""
         t, n = ro.rewards.shape
         critic = self.ac.critic
         next_values = critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)  # [T, N]
@@ -102,8 +106,6 @@ class PPO:
         if critic.popart is not None:  # statistics of every rank's returns
             mean, var, _ = self.comm.moments(ret.reshape(-1, 1))  # [1]
             critic.popart.update_from_moments(mean, var + mean * mean)
-        if self.cfg.advantage_norm == "batch":
-            adv = normalize_advantages(adv, self.comm)
         flat = lambda x: x.flatten(0, 1)
         return Batch.packed(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions),
                             flat(ro.log_probs), flat(ro.action_mean), flat(adv), flat(ret),
@@ -117,12 +119,19 @@ class PPO:
         the policy now. Without lag the batch's `action_mean` are that policy's own means.
         `lagged`: the batch was collected by an older policy (--actor-lag), whose means
         would put the KL at K updates' distance and the rate at its floor; the pre-update
-        means are then computed here (one forward) and written into the batch."""
+        means are then computed here (one forward) and written into the batch.
+        `advantage_norm="batch"` likewise normalizes `batch.advantages` in place, over every
+        rank's samples, before the first epoch.
+
+        `gen` draws one permutation per epoch, `randperm(len(batch))`: minibatch k of an
+        epoch is rows [k * size, (k + 1) * size) of it."""
         cfg, ac = self.cfg, self.ac
         old_log_std = ac.actor.log_std.detach().clone()  # [A], the pre-update policy's
         if lagged:
             with torch.no_grad():
                 batch.action_mean.copy_(ac.actor(batch.obs))  # a view into batch.table
+        if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
+            batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
         sums = None
         size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):

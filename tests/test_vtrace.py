@@ -1,9 +1,11 @@
 """V-trace (`trot.agents.vtrace`): on-policy it is GAE; it matches the explicit n-step
 formula; tabular V-trace converges to V of pi_rho_bar, not V^pi; and lagged actors in the
-trainer (`TrainConfig.actor_lag`) act with the right snapshot and leave lag 0 unchanged."""
+trainer (`TrainConfig.actor_lag`) act with the right snapshot, and lag 0 with the current
+policy, as a plain acting loop does."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -171,19 +173,31 @@ def _run(cfg, iters=3):
     return tr, ms
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_actor_lag_zero_is_the_default_path(tmp_path, algo):
-    """actor_lag=0 builds no behaviour actor and takes exactly the pre-lag code path
-    (checked bitwise against the pre-change trainer when this was written); lag 0 set
-    explicitly equals the default, float for float."""
-    a, ma = _run(TrainConfig(**{**dataclasses.asdict(_cfg(tmp_path, algo=algo)),
-                                "agent": _cfg(tmp_path).agent}))
-    assert a.behaviour_actor is None and not a.actor_snapshots
-    assert "actor_snapshots" not in a.state_dict()
-    b, mb = _run(_cfg(tmp_path, lag=0, algo=algo))
-    assert ma == mb
-    for k, v in a.ac.state_dict().items():
-        assert torch.equal(v, b.ac.state_dict()[k]), k
+def test_actor_lag_zero_acts_with_the_current_policy(tmp_path):
+    """actor_lag=0's rollouts are the trajectory of a plain loop, with no lag machinery,
+    that acts with a copy of the learner's actor taken before each iteration, in a twin env
+    with its own copy of the noise stream; and lag 0 builds no behaviour actor."""
+    cfg = _cfg(tmp_path, lag=0)
+    tr = build(cfg)
+    twin = build(cfg)  # only its env and its noise generator are used: the same start
+    env, gen = twin.env, twin.noise_gen
+    actors = []
+    for it in range(3):
+        actors.append(copy.deepcopy(tr.ac.actor))  # the policy this iteration must act with
+        tr.iterate()
+        ro = tr.storage  # [T, N, ...]
+        with torch.no_grad():
+            for t in range(cfg.agent.rollout_steps):
+                obs = env.obs.policy  # [N, P]
+                action, log_prob, mean = actors[-1].sample(obs, gen)
+                for name, want in (("obs", obs), ("actions", action),
+                                   ("log_probs", log_prob), ("action_mean", mean)):
+                    assert torch.equal(getattr(ro, name)[t], want), (it, t, name)
+                assert torch.equal(ro.rewards[t], env.step(action).reward), (it, t)
+    # the updates moved the policy, so acting with an older one would have shown
+    assert not torch.equal(actors[0].mean.weight, actors[2].mean.weight)
+    assert tr.behaviour_actor is None and not tr.actor_snapshots
+    assert "actor_snapshots" not in tr.state_dict()
 
 
 def test_lagged_actor_acts_with_the_snapshot_k_updates_old(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trot.observation_kinds import KINDS
+
 
 class ContractError(ValueError):
     """The exported files are missing, renamed or disagree with each other."""
@@ -130,22 +132,21 @@ class ObservationBuilder:
             adr, dim = int(model.sensor_adr[i]), int(model.sensor_dim[i])
             self._sensor[name] = slice(adr, adr + dim)
 
+    def sensor_slice(self, name: str) -> slice:
+        try:
+            return self._sensor[name]
+        except KeyError:
+            raise ContractError(f"the model has no sensor {name!r} that the observation "
+                                "reads") from None
+
     def raw(self, term: dict, data) -> np.ndarray:
-        src = term["source"]
-        kind = src["kind"]
-        if kind == "sensor":
-            try:
-                return np.concatenate([data.sensordata[self._sensor[n]] for n in src["sensors"]])
-            except KeyError as e:
-                raise ContractError(f"the model has no sensor {e.args[0]!r} that observation "
-                                    f"term {term['name']!r} reads") from None
-        if kind in ("qpos", "qvel"):
-            return getattr(data, kind)[src["start"]:src["stop"]]
-        if kind == "command":
-            return self.command
-        if kind == "last_action":
-            return self.last_action
-        raise ContractError(f"unknown observation source {kind!r} in term {term['name']!r}")
+        """The term's raw values from `data` (its kind's robot-side read, KINDS)."""
+        kind = KINDS.get(term["source"]["kind"])
+        if kind is None or kind.robot is None:
+            raise ContractError(f"observation term {term['name']!r} reads "
+                                f"{term['source']['kind']!r}, which no robot measures; "
+                                "accepted: " + ", ".join(k for k, v in KINDS.items() if v.robot))
+        return kind.robot(self, term["source"], data)
 
     def build(self, data) -> np.ndarray:
         obs = np.empty(self.dim, dtype=np.float64)

@@ -8,21 +8,15 @@ own memory, the one intended exception.)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks.base import Observation, StepResult, Task
-from trot.tasks.observation import (
-    FIELD_KINDS,
-    ObsPlan,
-    build_obs,
-    compile_layout,
-    field_key,
-    make_layout,
-    pool_columns,
-)
+from trot.observation_kinds import KINDS
+from trot.tasks.observation import ObsPlan, build_obs, compile_layout, make_layout, pool_columns
 
 
 class EpisodeStats:
@@ -120,9 +114,6 @@ class Env:
         self.noise = task.config.obs_noise
 
     # ------------------------------------------------------------------ observation
-    def _field(self, kind: str, name: str) -> Tensor:  # [N, *shape]
-        return self.sim.data(name) if kind == "data" else self.sim.params(name)
-
     def observe(self, noise: tuple[Tensor | None, Tensor | None] | None = None) -> Observation:
         """noise: the uniform draws of `_draw_noise`; None draws fresh ones."""
         parts = [get() for get in self._pool_parts]
@@ -157,29 +148,22 @@ class Env:
         self.policy_layout = make_layout(task.policy_terms(), dims, cdim, adim)
         self.critic_layout = make_layout(task.critic_terms(), dims, cdim, adim)
         terms = task.policy_terms() + task.critic_terms()
-        # named fields the observations read: tracked MjData fields (Task.data_fields) and
-        # per-env model parameters
-        self._obs_fields = tuple(dict.fromkeys((t.kind, t.field) for t in terms
-                                               if t.kind in FIELD_KINDS))
-        # each source: (size, getter); getters read at every call (backends may replace
-        # their tensors)
-        sources = {"sensor": (m.nsensordata, lambda: sim.sensordata),
-                   "qpos": (m.nq, lambda: sim.qpos), "qvel": (m.nv, lambda: sim.qvel),
-                   "command": (cdim, lambda: task.command),
-                   "last_action": (adim, lambda: self.last_action)}
-        for k, f in self._obs_fields:
-            sources[f"{k}:{f}"] = (self._field(k, f)[0].numel(),
-                                   lambda k=k, f=f: self._field(k, f).flatten(1))
+        # the pool: one block per source the terms read, in order of first use; getters
+        # read at every call (backends may replace their tensors)
+        sources: dict[str, tuple[int, Callable[[], Tensor]]] = {}
         for t in terms:
-            size = sources[field_key(t)][0] if t.kind in FIELD_KINDS else 0
-            if t.kind in FIELD_KINDS and not 0 <= t.start < t.stop <= size:
+            kind = KINDS[t.kind]
+            key = kind.pool(t)
+            if key not in sources:
+                sources[key] = kind.source(self, t)
+            size = sources[key][0]
+            if kind.named_field and not 0 <= t.start < t.stop <= size:
                 raise ValueError(f"observation term {t.name!r}: [start, stop) = "
                                  f"[{t.start}, {t.stop}) is not within the {size} values "
                                  f"of {t.field!r}")
-        used = {field_key(t) if t.kind in FIELD_KINDS else t.kind for t in terms}
-        sizes = {k: size for k, (size, _) in sources.items() if k in used}
+        sizes = {k: size for k, (size, _) in sources.items()}
         cols = pool_columns(sizes)
-        self._pool_parts = [get for k, (_, get) in sources.items() if k in used]
+        self._pool_parts = [get for _, get in sources.values()]
         self._policy_plan = compile_layout(self.policy_layout, ranges, cols, self.device)
         self._critic_plan = compile_layout(self.critic_layout, ranges, cols, self.device)
         self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-SourceKind = Literal["sensor", "qpos", "qvel", "command", "last_action", "data", "param"]
-SOURCE_KINDS: tuple[str, ...] = ("sensor", "qpos", "qvel", "command", "last_action", "data",
-                                 "param")
-FIELD_KINDS = ("data", "param")  # terms that read a named field: flattened slices of it
+from trot.observation_kinds import KINDS, Sizes
+
+SOURCE_KINDS: tuple[str, ...] = tuple(KINDS)  # one definition each: trot/observation_kinds.py
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,8 @@ class ObsTerm:
     """One named piece of an observation vector."""
 
     name: str
-    kind: SourceKind
+    kind: str
+    """the source: sensor, qpos, qvel, command, last_action, data or param (SOURCE_KINDS)"""
     sensors: tuple[str, ...] = ()
     """for kind='sensor': MJCF sensor names, concatenated in this order"""
     start: int = 0
@@ -54,7 +53,7 @@ class ObsTerm:
                              f"accepted: {', '.join(SOURCE_KINDS)}")
         if self.kind == "sensor" and not self.sensors:
             raise ValueError(f"observation term {self.name!r}: kind='sensor' needs sensor names")
-        named = self.kind in FIELD_KINDS
+        named = KINDS[self.kind].named_field
         if named != bool(self.field) or (self.clip and not named):
             raise ValueError(f"observation term {self.name!r}: `field` (and `clip`) go with "
                              "kind='data' or 'param' only, and those need a field")
@@ -77,34 +76,15 @@ class ObsLayout:
     dim: int
 
     def to_json(self) -> list[dict]:
-        out = []
-        for s in self.slots:
-            t = s.term
-            src: dict = {"kind": t.kind}
-            if t.kind == "sensor":
-                src["sensors"] = list(t.sensors)
-            elif t.kind in ("qpos", "qvel", *FIELD_KINDS):
-                src["start"], src["stop"] = t.start, t.stop
-            if t.kind in FIELD_KINDS:
-                src["field"] = t.field
-                if t.clip:
-                    src["clip"] = list(t.clip)
-            out.append({"name": t.name, "start": s.start, "size": s.size, "scale": t.scale,
-                        "offset": list(t.offset) or [0.0] * s.size, "source": src})
-        return out
+        return [{"name": s.term.name, "start": s.start, "size": s.size, "scale": s.term.scale,
+                 "offset": list(s.term.offset) or [0.0] * s.size,
+                 "source": {"kind": s.term.kind} | KINDS[s.term.kind].to_json(s.term)}
+                for s in self.slots]
 
 
 def term_size(term: ObsTerm, sensor_dims: dict[str, int], command_dim: int,
               action_dim: int) -> int:
-    if term.kind == "sensor":
-        missing = [n for n in term.sensors if n not in sensor_dims]
-        if missing:
-            raise KeyError(f"observation term {term.name!r} names unknown sensors {missing}; "
-                           f"the model has: {', '.join(sensor_dims)}")
-        return sum(sensor_dims[n] for n in term.sensors)
-    if term.kind in ("qpos", "qvel", *FIELD_KINDS):
-        return term.stop - term.start
-    return command_dim if term.kind == "command" else action_dim
+    return KINDS[term.kind].size(term, Sizes(sensor_dims, command_dim, action_dim))
 
 
 def make_layout(terms: tuple[ObsTerm, ...], sensor_dims: dict[str, int], command_dim: int,
@@ -134,18 +114,13 @@ class ObsPlan:
 
 
 def pool_columns(sizes: dict[str, int]) -> dict[str, int]:
-    """Where each source starts in the pool: the sources side by side in `sizes` order.
-    Keys: 'sensor', 'qpos', 'qvel', 'command', 'last_action', and '<kind>:<name>' for a
-    named field (`field_key`), e.g. 'data:cfrc_ext' or 'param:geom_friction'."""
+    """Where each block starts in the pool: the blocks side by side in `sizes` order. Keys
+    are the kinds' pool keys (`Kind.pool`), e.g. 'qpos' or 'data:cfrc_ext'."""
     cols, start = {}, 0
     for key, size in sizes.items():
         cols[key] = start
         start += size
     return cols
-
-
-def field_key(term: ObsTerm) -> str:
-    return f"{term.kind}:{term.field}"
 
 
 def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
@@ -158,18 +133,9 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
     hi: list[float] = []
     for slot in layout.slots:
         t = slot.term
-        key = field_key(t) if t.kind in FIELD_KINDS else t.kind
-        if key not in columns:
-            raise KeyError(f"observation term {t.name!r} reads MjData field {t.field!r}, which "
-                           "the sim does not track: add it to the task's data_fields")
-        base = columns[key]
-        if t.kind == "sensor":
-            cols = [c for n in t.sensors for c in range(*sensor_ranges[n])]
-        elif t.kind in ("qpos", "qvel", *FIELD_KINDS):
-            cols = [base + i for i in range(t.start, t.stop)]
-        else:
-            cols = [base + i for i in range(slot.size)]
-        index += cols
+        kind = KINDS[t.kind]
+        base = columns[kind.pool(t)]
+        index += [base + c for c in kind.columns(t, slot.size, sensor_ranges)]
         offset += list(t.offset) or [0.0] * slot.size
         scale += [t.scale] * slot.size
         noise += [t.noise] * slot.size

@@ -1,0 +1,95 @@
+"""The table of observation kinds (trot/observation_kinds.py): for every kind a robot can
+read, the env side (a gather from the batched pool) and the robot side (the runner's
+ObservationBuilder on a plain MjData) give the same numbers for the same state; the
+privileged kinds are refused on the robot, naming the kinds it accepts."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from trot.export.runner import ContractError, ObservationBuilder
+from trot.observation_kinds import KINDS
+from trot.tasks.cartpole import BALANCE, Cartpole
+from trot.tasks.env import Env
+from trot.tasks.observation import ObsTerm
+from trot.sim import make_sim
+
+INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION  # the cpu backend's state rows
+
+
+class EveryKind(Cartpole):
+    """Cartpole observing one term of every kind, slices that do not start at 0, offsets
+    and scales that are not 1, and a two-number command."""
+
+    command_dim = 2
+
+    def bind(self, sim):
+        super().bind(sim)
+        self.command = torch.tensor([[0.3, -0.7]], device=sim.device).repeat(sim.num_envs, 1)
+
+    def policy_terms(self):
+        return (ObsTerm("axis_vel", "sensor", ("pole_vel", "pole_axis"), scale=0.5),
+                ObsTerm("angle", "qpos", start=1, stop=2, offset=(0.25,), scale=2.0),
+                ObsTerm("vel", "qvel", start=0, stop=2, scale=0.1),
+                ObsTerm("cmd", "command", offset=(0.1, 0.2)),
+                ObsTerm("last", "last_action", scale=3.0))
+
+    def critic_terms(self):
+        return self.policy_terms() + (
+            ObsTerm("xpos", "data", field="xpos", start=4, stop=6, clip=(-0.5, 0.5)),
+            ObsTerm("mass", "param", field="body_mass", start=1, stop=3))
+
+    data_fields = ("xpos",)
+
+
+def _env(n: int = 3) -> Env:
+    task = EveryKind(BALANCE)
+    sim = make_sim("cpu", task.build().compile(), n, BALANCE.substeps, fields=task.data_fields)
+    return Env("every-kind", task, sim, seed=4)
+
+
+def test_every_kind_is_in_the_test():
+    assert {t.kind for t in EveryKind(BALANCE).critic_terms()} == set(KINDS)
+
+
+def test_robot_side_equals_env_side_for_every_robot_kind():
+    """The bug this catches: one side of a kind reading another slice, block or order
+    (qvel from qpos, a slice's start ignored, sensors concatenated in another order)."""
+    env = _env()
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(7):
+        pre = env.sim.state_dict()["state"].numpy().copy()  # [N, INTEGRATION] float64
+        obs = env.step(torch.rand(env.num_envs, env.action_dim, generator=gen) * 2 - 1).obs
+    post = env.sim.state_dict()["state"].numpy()
+    model = env.sim.model
+    contract = {"observation": env.policy_layout.to_json(), "obs_dim": env.obs_dim,
+                "command_dim": 2, "action_dim": env.action_dim}
+    builder = ObservationBuilder(contract, model)
+    data, after = mujoco.MjData(model), mujoco.MjData(model)
+    for i in range(env.num_envs):
+        # replay the last step in plain MuJoCo: mj_step leaves the sensors of the state it
+        # stepped from, in the env and here alike
+        mujoco.mj_setState(model, after, post[i], INTEGRATION)
+        mujoco.mj_setState(model, data, pre[i], INTEGRATION)
+        data.ctrl[:] = after.ctrl
+        for _ in range(env.sim.substeps):
+            mujoco.mj_step(model, data)
+        builder.command[:] = env.task.command[i].numpy()
+        builder.last_action[:] = env.last_action[i].numpy()
+        np.testing.assert_allclose(builder.build(data), obs.policy[i].numpy(), atol=1e-5)
+    assert not np.allclose(obs.policy[0, -1].numpy(), 0.0)  # the last action is not zero
+
+
+@pytest.mark.parametrize("kind", [k for k, v in KINDS.items() if v.robot is None])
+def test_robot_refuses_privileged_kinds(kind):
+    env = _env()
+    term = next(s for s in env.critic_layout.to_json() if s["source"]["kind"] == kind)
+    builder = ObservationBuilder({"observation": [term], "obs_dim": term["size"],
+                                  "command_dim": 2, "action_dim": 1}, env.sim.model)
+    with pytest.raises(ContractError, match=f"{kind!r}, which no robot measures; accepted: "
+                                            "sensor, qpos, qvel, command, last_action"):
+        builder.build(mujoco.MjData(env.sim.model))

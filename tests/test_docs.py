@@ -77,13 +77,15 @@ def test_tasks_md_locomotion_variants_register_and_run(doc_scope):
     assert (cmd[:, 0] >= 1.0).all() and (cmd[:, 0] <= 2.0).all() and (cmd[:, 1] == 0).all()
     low = doc_scope["low"]  # go1-low: the extra term is computed, weighted by dt and logged
     task = low.task
-    h = low.sim.qpos[:, 2].clone()
-    raw = task.reward_terms(low.sim, torch.zeros(32, low.action_dim))["height"]
-    weight, value = raw
+    assert task.dt == 0.02
+    low.sim.qpos[:3, 2] = torch.tensor([0.34, 0.20, 0.24])  # base heights set by hand, m
+    weight, value = task.reward_terms(low.sim, torch.zeros(32, low.action_dim))["height"]
+    # (0.34 - 0.24)^2 = 0.01, (0.20 - 0.24)^2 = 0.0016, on target: 0
     assert weight == -50.0
-    assert torch.allclose(value, (h - 0.24).square(), atol=1e-6)
+    assert value[:3].tolist() == pytest.approx([0.01, 0.0016, 0.0], abs=1e-7)
     _, terms = task.reward(low.sim, torch.zeros(32, low.action_dim))
-    assert torch.allclose(terms["height"], -50.0 * task.dt * (h - 0.24).square(), atol=1e-6)
+    # x w -50 x dt 0.02 = x -1
+    assert terms["height"][:3].tolist() == pytest.approx([-0.01, -0.0016, 0.0], abs=1e-7)
 
 
 def test_tasks_md_robot_and_its_primitive_collision_variant_build(doc_scope):

@@ -1,6 +1,6 @@
 """The PPO update (`trot.agents.ppo`): the A2C special case against an independently written
 A2C step, the clipped surrogate and value losses, the KL-adaptive learning rate, and config
-validation."""
+validation. The full PPO update against a reference: test_ppo_reference.py."""
 
 from __future__ import annotations
 

@@ -3,20 +3,14 @@ short episodes), with observation noise off."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from trot.agents.checkpoint import load_checkpoint
-from trot.agents.networks import ActorCritic
-from trot.agents.trainer import CHECKPOINT
-from trot.config import TrainConfig, load_json
+from trot.runs import load_run
 from trot.tasks.env import Env
-from trot.tasks.registry import get_task, make_env
 
 
 @torch.no_grad()
@@ -60,27 +54,6 @@ def _nanmean_per_env(x: Tensor) -> Tensor:
 def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
     played = col[~col.isnan()]
     return played[len(played) // 2:]
-
-
-@dataclass
-class LoadedRun:
-    cfg: TrainConfig
-    state: dict
-    env: Env
-    ac: ActorCritic
-
-
-def load_run(run_dir: Path, num_envs: int, seed: int = 12345,
-             device: str = "cpu") -> LoadedRun:
-    """A run's config and checkpoint, with a fresh noise-free env of num_envs."""
-    state = load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=device)
-    cfg = load_json(Path(run_dir) / "config.json")
-    task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
-    env = make_env(cfg.task, num_envs, cfg.sim, device, seed,
-                   dataclasses.replace(task_cfg, obs_noise=False))
-    ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
-    ac.load_state_dict(state["model"])
-    return LoadedRun(cfg, state, env, ac.to(device).eval())
 
 
 def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345,

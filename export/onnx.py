@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from trot.agents.checkpoint import temp_prefix
-from trot.agents.evaluate import LoadedRun, load_run
+from trot.runs import LoadedRun, load_run
 from trot.export.contract import build_contract, dumps, sha256
 
 OPSET = 18

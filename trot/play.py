@@ -31,7 +31,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from trot.agents.checkpoint import atomic_write
-from trot.agents.evaluate import load_run
+from trot.runs import load_run
 from trot.tasks.env import Env
 
 

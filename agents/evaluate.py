@@ -56,11 +56,12 @@ def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
     return played[len(played) // 2:]
 
 
-def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345,
-             device: str = "cpu") -> dict[str, float | None]:
+def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345, device: str = "cpu",
+             sim: str | None = None) -> dict[str, float | None]:
+    """sim: the physics backend to evaluate on (default: the run's own)."""
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    run = load_run(run_dir, episodes, seed, device)
+    run = load_run(run_dir, episodes, seed, device, sim)
     out: dict[str, float | None] = dict(run_episodes(run.env, run.ac.actor, episodes))
     out["env_steps"] = float(run.state["env_steps"])
     mr = run.env.task.max_return()

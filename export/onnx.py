@@ -117,7 +117,9 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     require_export_deps()
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir
-    run = load_run(run_dir, num_envs=64)
+    # The export needs the task's model and terms, and observations to check the graph on:
+    # MuJoCo C gives both for a run trained on any backend (an mjx run compiles no MJX here).
+    run = load_run(run_dir, num_envs=64, sim="cpu")
     policy = DeployedPolicy(run.ac.actor).eval()
     xml = run.env.task.build().to_xml()
     contract = build_contract(run.env, run.env.task.config, run.state["env_steps"], OPSET,

@@ -4,10 +4,10 @@
     trot sim-bench TASK [--num-envs N]
     trot train TASK [--algo ppo|a2c] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train --resume RUN_DIR
-    trot eval RUN_DIR [--episodes K] [--json]
+    trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
     trot export RUN_DIR [--out DIR]
     trot sim2sim RUN_DIR [--episodes K] [--json]
-    trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K]
+    trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K] [--sim cpu|mjx]
     trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
 
 Every command takes --tasks FILE_OR_MODULE (repeatable): your own task file or module,
@@ -53,6 +53,9 @@ class EvalArgs:
     """print one JSON object instead of a table"""
     seed: int = 12345
     """seed for start states and commands"""
+    sim: str | None = None
+    """physics backend: cpu or mjx (default: the run's own; cpu evaluates an mjx run
+    without JAX)"""
 
 
 def _fail(msg: str) -> int:
@@ -195,7 +198,7 @@ def cmd_eval(args: list[str]) -> int:
         return _fail("usage: trot eval RUN_DIR [--episodes K] [--json]")
     a = tyro.cli(EvalArgs, args=args[1:], prog="trot eval RUN_DIR")
     try:
-        out = evaluate(Path(args[0]), a.episodes, a.seed)
+        out = evaluate(Path(args[0]), a.episodes, a.seed, sim=a.sim)
     except (ValueError, CheckpointError) as e:
         return _fail(str(e))
     _print_result(out, a.json)

@@ -57,6 +57,9 @@ class PlayArgs:
     """draw time, return and (locomotion) command against measured velocity"""
     seed: int = 12345
     """seed for start states and commands"""
+    sim: str | None = None
+    """physics backend: cpu or mjx (default: the run's own; cpu plays an mjx run without
+    JAX)"""
 
 
 NO_GL_HINT = ("headless Linux needs OSMesa (apt-get install libosmesa6) or EGL (apt-get "
@@ -213,7 +216,7 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
     finished."""
     if a.episodes <= 0 or a.width <= 0 or a.height <= 0 or a.fps <= 0 or a.seconds < 0:
         raise ValueError("episodes, width, height and fps must be > 0 and seconds >= 0")
-    run = load_run(Path(run_dir), 1, a.seed)
+    run = load_run(Path(run_dir), 1, a.seed, sim=a.sim)
     env, actor = run.env, run.ac.actor
     model = render_model(env)
     data = mujoco.MjData(model)

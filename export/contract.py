@@ -9,63 +9,23 @@ import hashlib
 import json
 from typing import Any
 
-import mujoco
-import numpy as np
-
 from trot import __version__
+from trot.export.model_info import actuators, default_joint_pos, home_keyframe
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: home_keyframe
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _name(model: mujoco.MjModel, kind: mujoco.mjtObj, i: int) -> str:
-    return mujoco.mj_id2name(model, kind, i) or f"{kind.name.lower()}_{i}"
-
-
-def actuators(model: mujoco.MjModel) -> list[dict[str, Any]]:
-    """Per actuator, in actuator order: its joint, PD gains (position servos) and limits."""
-    out = []
-    for i in range(model.nu):
-        jid = int(model.actuator_trnid[i, 0])
-        gain, bias = model.actuator_gainprm[i], model.actuator_biasprm[i]
-        is_position = (model.actuator_gaintype[i] == mujoco.mjtGain.mjGAIN_FIXED
-                       and model.actuator_biastype[i] == mujoco.mjtBias.mjBIAS_AFFINE
-                       and np.isclose(bias[1], -gain[0]))
-        gear = float(model.actuator_gear[i, 0])
-        ctrl = [float(x) for x in model.actuator_ctrlrange[i]] \
-            if model.actuator_ctrllimited[i] else None
-        force = [float(x) for x in model.actuator_forcerange[i]] \
-            if model.actuator_forcelimited[i] else None
-        if force is None and ctrl is not None and not is_position:
-            force = [c * gear for c in ctrl]  # a motor's torque is bounded by ctrl * gear
-        out.append({
-            "name": _name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i),
-            "joint": _name(model, mujoco.mjtObj.mjOBJ_JOINT, jid),
-            "type": "position" if is_position else "motor",
-            "kp": float(gain[0]) if is_position else None,
-            "kd": float(-bias[2]) if is_position else None,
-            "gear": gear, "ctrl_range": ctrl, "torque_limit": force,
-        })
-    return out
-
-
-def default_joint_pos(model: mujoco.MjModel) -> list[float]:
-    """Actuated joints' positions in the 'home' keyframe, else the model's qpos0."""
-    kid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
-    qpos = model.key_qpos[kid] if kid >= 0 else model.qpos0
-    return [float(qpos[model.jnt_qposadr[model.actuator_trnid[i, 0]]])
-            for i in range(model.nu)]
-
-
 def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
                    model_xml_sha256: str) -> dict[str, Any]:
     model, task = env.sim.model, env.task
     scale, offset = task.action_affine(model)
+    home = home_keyframe(model, task.home_keyframe)
     return {
         "contract_version": CONTRACT_VERSION,
         "trot_version": __version__,
@@ -84,7 +44,8 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
         "action_offset": [float(x) for x in offset],
         "action_clip": [-1.0, 1.0],
         "action_to_ctrl": "ctrl = action_offset + action_scale * clip(action, -1, 1)",
-        "default_joint_pos": default_joint_pos(model),
+        "home_keyframe": home,
+        "default_joint_pos": default_joint_pos(model, home),
         "control_dt": env.control_dt,
         "physics_dt": float(model.opt.timestep),
         "substeps": env.sim.substeps,

@@ -112,6 +112,19 @@ def require_export_deps() -> None:
                           "installed): pip install 'trot[export]'")
 
 
+def check_written_model(contract: dict, xml: str) -> None:
+    """The checks the runner makes at load (runner.check_model), on the model.xml about to
+    be written: an export the robot side would refuse is never written."""
+    import mujoco
+
+    from trot.export.runner import ContractError, check_model
+
+    try:
+        check_model(contract, mujoco.MjModel.from_xml_string(xml))
+    except ContractError as e:
+        raise ExportError(f"the contract fails its own load check: {e}") from None
+
+
 def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> ParityReport:
     """Export a run's last checkpoint into `out` (default: the run directory)."""
     require_export_deps()
@@ -124,6 +137,7 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     xml = run.env.task.build().to_xml()
     contract = build_contract(run.env, run.env.task.config, run.state["env_steps"], OPSET,
                               sha256(xml.encode()))
+    check_written_model(contract, xml)
     text = dumps(contract)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("export"), suffix=".tmp", dir=out))

@@ -55,6 +55,116 @@ class JointMap:
         return np.asarray(x_policy)[..., self.from_policy]
 
 
+CONTRACT_VERSIONS = (1, 2)  # 2 added home_keyframe; 1 meant the keyframe named 'home'
+_REL = 1e-9  # model.xml numbers are the exported ones, up to the xml's decimal round trip
+
+
+def same_values(a, b) -> bool:
+    """Equal json values, numbers up to _REL: numbers, strings, None, lists and dicts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    numbers = (int, float, np.number)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return bool(np.isclose(a, b, rtol=_REL, atol=1e-12))
+    return a == b
+
+
+def check_model(c: dict, model) -> None:
+    """Refuse a contract that its model.xml contradicts, with a ContractError naming the
+    field: the version, the timing, the action map (each actuator's name, joint, type,
+    gains, gear and ranges, in actuator order), the sizes of the action affine,
+    default_joint_pos against the home keyframe, position servos' action_offset (a zero
+    action holds the home pose) and the observation layout (contiguous slots; sensors that
+    exist, with those sizes)."""
+    from trot.export.model_info import actuators
+
+    if c.get("contract_version") not in CONTRACT_VERSIONS:
+        raise ContractError(f"policy.json contract_version {c.get('contract_version')!r} is "
+                            f"not one this runner reads ({CONTRACT_VERSIONS}); update trot")
+    _check_timing(c, model)
+    want = actuators(model)
+    for field in ("actions", "action_scale", "action_offset", "default_joint_pos"):
+        if len(c[field]) != model.nu:
+            raise ContractError(f"policy.json {field} has {len(c[field])} entries but "
+                                f"model.xml has {model.nu} actuators")
+    for i, (got, exp) in enumerate(zip(c["actions"], want)):
+        for key, value in exp.items():
+            if not same_values(got.get(key), value):
+                raise ContractError(
+                    f"policy.json actions[{i}].{key} is {got.get(key)!r} but model.xml's "
+                    f"actuator {i} ({exp['name']!r}, joint {exp['joint']!r}) has {value!r}; "
+                    "the contract and the model must come from one export")
+    _check_home(c, model, want)
+    _check_layout(c, model)
+
+
+def _check_timing(c: dict, model) -> None:
+    """physics_dt is model.xml's timestep; control_dt is substeps of it."""
+    if not same_values(c["physics_dt"], float(model.opt.timestep)):
+        raise ContractError(f"policy.json physics_dt is {c['physics_dt']} but model.xml's "
+                            f"timestep is {model.opt.timestep}")
+    if not same_values(c["control_dt"], c["physics_dt"] * c["substeps"]):
+        raise ContractError(f"policy.json control_dt {c['control_dt']} is not substeps "
+                            f"{c['substeps']} x physics_dt {c['physics_dt']}")
+
+
+def _check_home(c: dict, model, actions: list[dict]) -> None:
+    """default_joint_pos is the home keyframe (qpos0 without one); position servos' offsets
+    are it too. Version 1 named no keyframe: 'home' where the model has it."""
+    import mujoco
+
+    from trot.export.model_info import default_joint_pos, home_keyframe
+
+    key = c.get("home_keyframe") if c["contract_version"] >= 2 else home_keyframe(model, "home")
+    if key is not None and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, key) < 0:
+        raise ContractError(f"policy.json home_keyframe {key!r} is not a keyframe of "
+                            "model.xml")
+    home = default_joint_pos(model, key)
+    for i, (got, exp) in enumerate(zip(c["default_joint_pos"], home)):
+        if not same_values(got, exp):
+            raise ContractError(f"policy.json default_joint_pos[{i}] ({actions[i]['joint']}) "
+                                f"is {got} but model.xml's keyframe {key!r} has {exp}")
+    for i, (off, exp) in enumerate(zip(c["action_offset"], home)):
+        if actions[i]["type"] == "position" and not same_values(off, exp):
+            raise ContractError(
+                f"policy.json action_offset[{i}] ({actions[i]['joint']}) is {off} but a "
+                f"position servo's offset is its home position {exp} (model.xml keyframe "
+                f"{key!r}): a zero action holds the home pose")
+
+
+def _check_layout(c: dict, model) -> None:
+    """Slots back to back from 0 to obs_dim, offsets of their size, sensors in the model."""
+    import mujoco
+
+    dims = {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i): int(model.sensor_dim[i])
+            for i in range(model.nsensor)}
+    start = 0
+    for k, term in enumerate(c["observation"]):
+        where = f"policy.json observation[{k}] ({term.get('name')!r})"
+        if term["start"] != start or len(term["offset"]) != term["size"]:
+            raise ContractError(f"{where}: start {term['start']}, size {term['size']} and "
+                                f"{len(term['offset'])} offsets; expected start {start} and "
+                                "one offset per value")
+        kind = KINDS.get(term["source"]["kind"])
+        if kind is None or kind.robot is None:
+            raise ContractError(f"{where} reads {term['source']['kind']!r}, which no robot "
+                                "measures; accepted: " +
+                                ", ".join(k for k, v in KINDS.items() if v.robot))
+        names = term["source"].get("sensors", []) if kind.name == "sensor" else []
+        missing = [n for n in names if n not in dims]
+        if missing:
+            raise ContractError(f"{where} reads sensors {missing} that model.xml does not have")
+        if names and sum(dims[n] for n in names) != term["size"]:
+            raise ContractError(f"{where} has size {term['size']} but its sensors give "
+                                f"{sum(dims[n] for n in names)} values in model.xml")
+        start += term["size"]
+    if start != c["obs_dim"]:
+        raise ContractError(f"policy.json observation slots end at {start}, obs_dim is "
+                            f"{c['obs_dim']}")
+
+
 class OnnxPolicy:
     """action = policy(obs) for one observation [P] or a batch [B, P] (float32/float64).
     `robot_joints`: the robot's joint names in its own order; `joints` then maps per-joint
@@ -91,6 +201,10 @@ class OnnxPolicy:
             raise ContractError(f"{xml_path.name} hash {digest[:12]}... does not match the "
                                 f"contract's {c['model_xml_sha256'][:12]}...")
         self.model_xml = xml_path
+        import mujoco
+
+        self.model = mujoco.MjModel.from_xml_path(str(xml_path))  # the robot, as trained
+        check_model(c, self.model)
         self.scale = np.asarray(c["action_scale"], dtype=np.float64)
         self.offset = np.asarray(c["action_offset"], dtype=np.float64)
         self.policy_joints = [a["joint"] for a in c["actions"]]

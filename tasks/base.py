@@ -106,6 +106,9 @@ class Task(ABC, Generic[C]):
     """
 
     command_dim: int = 0
+    home_keyframe: str | None = "home"
+    """the keyframe of the standing pose: the export's default_joint_pos (qpos0 where the
+    model has no such keyframe)"""
     data_fields: tuple[str, ...] = ()
     """MjData fields beyond qpos/qvel/sensordata that the task (or a kind='data' observation
     term) reads with `sim.data(name)`, e.g. ("xpos", "cfrc_ext"); the sim tracks only these"""

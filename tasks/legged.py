@@ -62,6 +62,10 @@ class LeggedVelocity(Task[LeggedConfig]):
                   for i in range(model.nu)]
         return [self.config.action_scale] * model.nu, offset
 
+    @property
+    def home_keyframe(self) -> str:  # the description's, e.g. 'standing'
+        return self.robot.home
+
     def home_pose(self) -> tuple[float, ...]:
         """The policy joints' angles in the home keyframe, in policy order."""
         if not hasattr(self, "_home_pose"):

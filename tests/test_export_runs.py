@@ -1,5 +1,7 @@
 """Reading a run back (trot/runs.py) for export, eval and play: a run trained on the mjx
-backend exports (and, with --sim cpu, evaluates and plays) without importing JAX."""
+backend exports (and, with --sim cpu, evaluates and plays) without importing JAX. The
+export's own contract checks: one the exporter would write wrong is refused before anything
+is written, and a robot whose standing keyframe is not named 'home' gets its own."""
 
 from __future__ import annotations
 
@@ -9,13 +11,21 @@ import sys
 import textwrap
 from pathlib import Path
 
+import mujoco
+import numpy as np
 import pytest
 import torch
 
+import trot.export.contract as contract
 from trot.agents.config import PPOConfig
 from trot.agents.trainer import start_run
 from trot.config import TrainConfig
-from trot.export.onnx import FILES
+from trot.export.onnx import FILES, OPSET, ExportError, export_run
+from trot.export.runner import check_model
+from trot.tasks.legged import LeggedVelocity, config_for
+from trot.tasks.legged_robot import LeggedRobot
+from trot.tasks import registry
+from trot.tasks.registry import make_env, register
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +76,43 @@ def test_mjx_run_exports_evaluates_and_plays_without_jax(mjx_run, tmp_path):
     assert json.loads(p.stdout.strip().splitlines()[-1]) == [], "JAX was imported"
     written = {f.name for f in (tmp_path / "out").iterdir()}
     assert written >= set(FILES) and (not play or "play.gif" in written)
+
+
+def test_export_refuses_a_contract_the_load_check_would_refuse(mjx_run, tmp_path,
+                                                              monkeypatch):
+    """An exporter bug (here: a wrong joint in the action map) fails the export; nothing is
+    written."""
+    build = contract.build_contract
+
+    def wrong_joint(*args, **kwargs):
+        c = build(*args, **kwargs)
+        c["actions"][0]["joint"] = "hinge"
+        return c
+
+    monkeypatch.setattr("trot.export.onnx.build_contract", wrong_joint)
+    with pytest.raises(ExportError, match=r"actions\[0\]\.joint"):
+        export_run(mjx_run, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_contract_home_is_the_robot_s_own_keyframe(monkeypatch):
+    """tests/data/other_quadruped.xml stands in keyframe 'standing': default_joint_pos and
+    the position servos' offsets are that pose (not qpos0), and the load check agrees."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # keep it clean
+    legs = ("LF", "RF", "LH", "RH")
+    robot = LeggedRobot(
+        mjcf=Path(__file__).parent / "data" / "other_quadruped.xml",
+        joints=tuple(f"{leg}_{j}" for leg in legs for j in ("HAA", "HFE", "KFE")),
+        feet=tuple(f"{leg}_FOOT" for leg in legs), base="torso",
+        terminate_contacts=("torso",), home="standing")
+    task = type("StandingFlat", (LeggedVelocity,), {"robot": robot})
+    register("standing-flat", task, config_for(robot), "a robot whose home is 'standing'")
+    env = make_env("standing-flat", 1)
+    model = mujoco.MjModel.from_xml_string(env.task.build().to_xml())
+    c = contract.build_contract(env, env.task.config, 0, OPSET, "0" * 64)
+    standing = model.key_qpos[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "standing")]
+    want = [standing[model.jnt_qposadr[model.actuator_trnid[i, 0]]] for i in range(model.nu)]
+    assert c["home_keyframe"] == "standing"
+    assert np.allclose(c["default_joint_pos"], want) and np.allclose(c["action_offset"], want)
+    assert not np.allclose(want, model.qpos0[7:])  # the test tells them apart
+    check_model(c, model)

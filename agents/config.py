@@ -68,6 +68,10 @@ class PPOConfig:
     """V-trace: truncation of the importance weights in the TD errors (sets the fixed point)"""
     c_bar: float = 1.0
     """V-trace: truncation of the traces (lam * min(c_bar, pi/mu))"""
+    symmetry: Literal["none", "augment"] = "none"
+    """augment: each batch also holds its left-right mirror image (the task's Task.mirror:
+    observations, critic observations and actions mirrored, advantages, returns and
+    behaviour log-probs shared), as in rsl_rl's symmetry extension; doubles the update"""
 
     def as_a2c(self) -> "PPOConfig":
         """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping."""
@@ -90,6 +94,8 @@ class PPOConfig:
             (not (self.off_policy == "ignore" and self.clip),
              "off_policy='ignore' has no importance ratio to clip; set clip=False"),
             (self.rho_bar > 0 and self.c_bar > 0, "rho_bar and c_bar must be > 0"),
+            (self.symmetry in ("none", "augment"),
+             f"symmetry must be none or augment, got {self.symmetry!r}"),
             ((self.rollout_steps * num_envs) % self.minibatches == 0,
              f"batch of rollout_steps * num_envs = {self.rollout_steps} * {num_envs} = "
              f"{self.rollout_steps * num_envs} does not divide into {self.minibatches} "

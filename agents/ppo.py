@@ -16,6 +16,7 @@ from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
 from trot.agents.storage import Batch, Rollout
 from trot.agents.vtrace import vtrace
+from trot.tasks.mirror import Mirrors
 
 LR_BOUNDS = (1e-5, 1e-2)
 
@@ -59,8 +60,12 @@ class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
-                 comm: Comm = ONE_PROCESS):
+                 comm: Comm = ONE_PROCESS, mirrors: Mirrors | None = None):
+        """mirrors: the task's left-right mirror maps, for cfg.symmetry='augment'."""
+        if cfg.symmetry == "augment" and mirrors is None:
+            raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
+        self.mirrors = mirrors if cfg.symmetry == "augment" else None
         # in the net's dtype: float32 in training; float64 in the reference test, where a
         # float32 rate alone would put the two updates 1e-8 apart instead of 1e-16
         self.lr = torch.tensor(cfg.learning_rate, device=device,
@@ -106,10 +111,22 @@ class PPO:
         if critic.popart is not None:  # statistics of every rank's returns
             mean, var, _ = self.comm.moments(ret.reshape(-1, 1))  # [1]
             critic.popart.update_from_moments(mean, var + mean * mean)
-        flat = lambda x: x.flatten(0, 1)
-        return Batch.packed(flat(ro.obs), flat(ro.critic_obs), flat(ro.actions),
-                            flat(ro.log_probs), flat(ro.action_mean), flat(adv), flat(ret),
-                            flat(ro.values))
+        parts = [x.flatten(0, 1) for x in (ro.obs, ro.critic_obs, ro.actions, ro.log_probs,
+                                            ro.action_mean, adv, ret, ro.values)]
+        if self.mirrors is not None:
+            parts = self._with_mirror(parts)
+        return Batch.packed(*parts)
+
+    def _with_mirror(self, parts: list[Tensor]) -> list[Tensor]:
+        """Each field [B, ...] -> [2B, ...]: the samples, then their mirror images. A
+        mirrored sample keeps its behaviour log-prob, advantage, return and value: under a
+        symmetric policy and task they are the original's."""
+        m = self.mirrors
+        obs, critic_obs, actions, log_probs, mean, adv, ret, values = parts
+        return [torch.cat(x) for x in ((obs, m.policy(obs)), (critic_obs, m.critic(critic_obs)),
+                                       (actions, m.action(actions)), (log_probs, log_probs),
+                                       (mean, m.action(mean)), (adv, adv), (ret, ret),
+                                       (values, values))]
 
     def update(self, batch: Batch, gen: torch.Generator,
                lagged: bool = False) -> dict[str, Tensor]:

@@ -46,7 +46,8 @@ class Trainer:
         dev = env.device
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
         comm.broadcast_module(self.ac)  # identical replicas from the start
-        self.algo = PPO(self.ac, a, dev, comm)
+        self.algo = PPO(self.ac, a, dev, comm,
+                        env.mirrors() if a.symmetry == "augment" else None)
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                         env.critic_obs_dim, env.action_dim, dev)

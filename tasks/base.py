@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from trot.sim.base import BatchedSim
+from trot.tasks.mirror import Mirror
 from trot.tasks.observation import ObsTerm
 
 
@@ -170,6 +171,11 @@ class Task(ABC, Generic[C]):
     @abstractmethod
     def terminated(self, sim: BatchedSim) -> Tensor:
         """[N] bool: a failure that ends the episode with no bootstrap."""
+
+    def mirror(self) -> Mirror | None:
+        """The task's left-right mirror (joint pairs, command signs) for symmetry
+        augmentation, or None where it has none (tasks/mirror.py)."""
+        return None
 
     def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
         """Per-step [N] quantities that `trot eval` averages over each episode."""

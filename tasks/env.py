@@ -14,7 +14,9 @@ import torch
 from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
+from trot.tasks import mirror
 from trot.tasks.base import Observation, StepResult, Task
+from trot.tasks.mirror import Mirrors
 from trot.observation_kinds import KINDS
 from trot.tasks.observation import ObsPlan, build_obs, compile_layout, make_layout, pool_columns
 
@@ -167,6 +169,21 @@ class Env:
         self._policy_plan = compile_layout(self.policy_layout, ranges, cols, self.device)
         self._critic_plan = compile_layout(self.critic_layout, ranges, cols, self.device)
         self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+
+    def mirrors(self) -> Mirrors:
+        """The task's left-right mirror as maps on the policy and critic observations and
+        the action (tasks/mirror.py); a ValueError where the task declares none."""
+        declared = self.task.mirror()
+        if declared is None:
+            raise ValueError(f"task {self.name!r} declares no left-right mirror "
+                             "(Task.mirror), which symmetry augmentation needs")
+        if len(declared.command) != self.task.command_dim:
+            raise ValueError(f"task {self.name!r}: its mirror has {len(declared.command)} "
+                             f"command signs, the command has {self.task.command_dim}")
+        ctx = mirror.context(declared, self.sim.model)
+        return Mirrors(mirror.observation_map(self.policy_layout, ctx, self.device),
+                       mirror.observation_map(self.critic_layout, ctx, self.device),
+                       mirror.action_map(ctx, self.device))
 
     # ------------------------------------------------------------------ episode control
     def reset(self, stagger: bool = False) -> Observation:

@@ -29,6 +29,7 @@ from trot.tasks import locomotion as loco
 from trot.tasks.base import Task
 from trot.tasks.legged_config import COMMANDS, LeggedConfig, config_for
 from trot.tasks.legged_robot import LeggedRobot
+from trot.tasks.mirror import Mirror
 from trot.tasks.observation import ObsTerm
 
 __all__ = ["COMMANDS", "LeggedConfig", "LeggedVelocity", "config_for"]
@@ -65,6 +66,12 @@ class LeggedVelocity(Task[LeggedConfig]):
     @property
     def home_keyframe(self) -> str:  # the description's, e.g. 'standing'
         return self.robot.home
+
+    def mirror(self) -> Mirror | None:
+        """The description's joint mirror; forward speed keeps its sign, lateral speed and
+        yaw rate flip."""
+        return Mirror(self.robot.mirror, command=(1.0, -1.0, -1.0)) if self.robot.mirror \
+            else None
 
     def home_pose(self) -> tuple[float, ...]:
         """The policy joints' angles in the home keyframe, in policy order."""
@@ -120,7 +127,7 @@ class LeggedVelocity(Task[LeggedConfig]):
             *contacts,
             # the floor's randomized sliding friction (geom_friction flattened [ngeom * 3])
             ObsTerm("floor_friction", "param", field="geom_friction", start=3 * floor,
-                    stop=3 * floor + 1, offset=(1.0,), scale=2.0),
+                    stop=3 * floor + 1, offset=(1.0,), scale=2.0, mirror=(1.0,)),
         )
 
     # ---------------------------------------------------------------- setup

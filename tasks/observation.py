@@ -46,6 +46,10 @@ class ObsTerm:
     model field, e.g. 'geom_friction' (see sim.RANDOMIZABLE_FIELDS); flattened per env"""
     clip: tuple[float, float] = ()
     """for kind='data'/'param': clamp raw values to [lo, hi] before offset and scale"""
+    mirror: tuple[float, ...] = ()
+    """signs of the term's values under the left-right mirror, order kept (symmetry
+    augmentation); empty: its kind's rule (trot/observation_kinds.py), which data/param
+    terms lack"""
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:

@@ -1,7 +1,7 @@
 """The observation source kinds, one definition each: what a term of the kind reads on the
 env side (a column block of the batched source pool) and on the robot side (a plain
-MjData and the runner's command / last action), its size and its json. A new kind is one
-`Kind` in `KINDS`.
+MjData and the runner's command / last action), its size, its json and its left-right
+mirror (symmetry augmentation). A new kind is one `Kind` in `KINDS`.
 
 Torch-free on purpose: the robot runner (export/runner.py) imports this module without
 torch; the env side only calls the getters it is given.
@@ -44,8 +44,40 @@ class Kind:
     robot: Callable[[Any, dict, Any], np.ndarray] | None
     """(ObservationBuilder, src, MjData) -> the raw values on a robot; None: privileged,
     no robot measures it (the runner refuses the term)"""
+    mirror: Callable[[Any, int, "MirrorContext"], tuple[list[int], list[float]]] | None
+    """(term, size, context) -> (perm, signs) over the term's values: the mirrored
+    state's values are signs * values[perm]. None: the term must declare ObsTerm.mirror"""
     named_field: bool = False
     """the term names an MjData field or a per-env model parameter (ObsTerm.field)"""
+
+
+Perm = tuple[list[int], list[float]]
+
+
+@dataclass(frozen=True)
+class MirrorContext:
+    """The left-right mirror (the reflection y -> -y of the base frame) on a model."""
+
+    model: Any  # mujoco.MjModel
+    joint: dict[int, tuple[int, float]]
+    """joint id -> (its mirror joint's id, sign); joints of the symmetry plane map to
+    themselves, the free joint is mirrored by its own rule"""
+    command: Perm
+    action: Perm
+
+    def body(self, b: int) -> int:
+        """A body's mirror: its joint's mirror joint's body; a body without a mirrored
+        joint (the base, a welded foot) is its parent's mirror's child at its place."""
+        m = self.model
+        for j in range(m.body_jntadr[b], m.body_jntadr[b] + m.body_jntnum[b]):
+            if j in self.joint:
+                return int(m.jnt_bodyid[self.joint[j][0]])
+        parent = int(m.body_parentid[b])
+        if b == 0 or self.body(parent) == parent:
+            return b
+        mine = [c for c in range(m.nbody) if m.body_parentid[c] == parent and c != parent]
+        theirs = [c for c in range(m.nbody) if m.body_parentid[c] == self.body(parent)]
+        return theirs[mine.index(b)]
 
 
 def _whole(term, size: int, ranges) -> list[int]:
@@ -68,23 +100,119 @@ def _robot_sensor(builder, src: dict, data) -> np.ndarray:
     return np.concatenate([data.sensordata[builder.sensor_slice(n)] for n in src["sensors"]])
 
 
+_POLAR, _AXIAL, _QUAT = [1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, -1.0, 1.0, -1.0]
+
+
+def _mirror_index(ctx: MirrorContext, objtype: int, obj: int) -> tuple[int, float]:
+    """The mirror of a sensor's object (same type) and the sign of a scalar on it."""
+    import mujoco
+
+    m, t = ctx.model, mujoco.mjtObj
+    objtype, obj = t(int(objtype)), int(obj)  # the model's arrays hold plain ints
+    if objtype == t.mjOBJ_JOINT:
+        return ctx.joint.get(obj, (obj, 1.0))
+    if objtype == t.mjOBJ_ACTUATOR:
+        j, sign = ctx.joint.get(int(m.actuator_trnid[obj, 0]), (obj, 1.0))
+        return int(np.flatnonzero(m.actuator_trnid[:, 0] == j)[0]), sign
+    if objtype == t.mjOBJ_SITE:  # the mirror body's site at the same place in its list
+        b, mb = int(m.site_bodyid[obj]), ctx.body(int(m.site_bodyid[obj]))
+        mine, theirs = (list(np.flatnonzero(m.site_bodyid == x)) for x in (b, mb))
+        return int(theirs[mine.index(obj)]), 1.0
+    if objtype in (t.mjOBJ_BODY, t.mjOBJ_XBODY):
+        return ctx.body(obj), 1.0
+    raise ValueError(f"no mirror rule for sensor objects of type {objtype.name}")
+
+
+def _sensor_signs(ctx: MirrorContext, i: int, sign: float) -> list[float]:
+    import mujoco
+
+    m, S = ctx.model, mujoco.mjtSensor
+    kind = S(int(m.sensor_type[i]))
+    if m.sensor_refid[i] >= 0 and _mirror_index(ctx, m.sensor_reftype[i],
+                                                 m.sensor_refid[i])[0] != m.sensor_refid[i]:
+        raise ValueError(f"sensor {mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_SENSOR, i)!r}: "
+                         "its reference frame is not on the symmetry plane")
+    if kind in (S.mjSENS_ACCELEROMETER, S.mjSENS_VELOCIMETER, S.mjSENS_FORCE,
+                S.mjSENS_FRAMELINVEL, S.mjSENS_FRAMELINACC, S.mjSENS_FRAMEXAXIS,
+                S.mjSENS_FRAMEZAXIS):
+        return _POLAR  # vectors in a frame of the plane: y flips
+    if kind in (S.mjSENS_GYRO, S.mjSENS_FRAMEANGVEL, S.mjSENS_FRAMEANGACC, S.mjSENS_TORQUE):
+        return _AXIAL  # rotations about x and z reverse
+    if kind == S.mjSENS_FRAMEQUAT:
+        return _QUAT
+    if kind in (S.mjSENS_JOINTPOS, S.mjSENS_JOINTVEL, S.mjSENS_JOINTACTFRC,
+                S.mjSENS_ACTUATORPOS, S.mjSENS_ACTUATORVEL, S.mjSENS_ACTUATORFRC,
+                S.mjSENS_TOUCH):
+        return [sign]
+    raise ValueError(f"no mirror rule for sensor type {kind.name}; give the observation "
+                     "term a mirror (ObsTerm.mirror)")
+
+
+def _mirror_sensor(term, size: int, ctx: MirrorContext) -> Perm:
+    import mujoco
+
+    m = ctx.model
+    ids = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, n) for n in term.sensors]
+    start = np.cumsum([0] + [int(m.sensor_dim[i]) for i in ids])  # each sensor's columns
+    perm, signs = [], []
+    for k, i in enumerate(ids):
+        obj, sign = _mirror_index(ctx, m.sensor_objtype[i], m.sensor_objid[i])
+        twin = [x for x in ids if m.sensor_type[x] == m.sensor_type[i]
+                and m.sensor_objid[x] == obj and m.sensor_objtype[x] == m.sensor_objtype[i]]
+        if not twin:
+            raise ValueError(f"observation term {term.name!r}: the mirror of sensor "
+                             f"{term.sensors[k]!r} is not among its sensors")
+        at = start[ids.index(twin[0])]
+        perm += [int(at) + c for c in range(int(m.sensor_dim[i]))]
+        signs += _sensor_signs(ctx, i, sign)
+    return perm, signs
+
+
+def _mirror_q(name: str) -> Callable[[Any, int, MirrorContext], Perm]:
+    """qpos / qvel slices: joints by their mirror, the free joint by the reflection."""
+    def mirror(term, size: int, ctx: MirrorContext) -> Perm:
+        import mujoco
+
+        m = ctx.model
+        adr = m.jnt_qposadr if name == "qpos" else m.jnt_dofadr
+        free = _POLAR + (_QUAT if name == "qpos" else _AXIAL)
+        perm, signs = [], []
+        for q in range(term.start, term.stop):
+            j = int(np.flatnonzero(adr <= q)[-1])  # the joint of coordinate q
+            if int(m.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_FREE):
+                perm.append(q - term.start)
+                signs.append(free[q - adr[j]])
+                continue
+            twin, sign = ctx.joint.get(j, (j, 1.0))
+            perm.append(int(adr[twin]) + q - int(adr[j]) - term.start)
+            signs.append(sign)
+        if not all(0 <= p < size for p in perm):
+            raise ValueError(f"observation term {term.name!r}: the mirror of its {name} "
+                             "slice reaches outside it")
+        return perm, signs
+    return mirror
+
+
 def _qslice(name: str) -> Kind:
     """qpos / qvel: a slice of the generalized coordinates or velocities."""
     return Kind(name, size=lambda t, s: t.stop - t.start, pool=lambda t: name,
                 source=lambda env, t: (getattr(env.sim.model, "nq" if name == "qpos" else "nv"),
                                        lambda: getattr(env.sim, name)),
                 columns=_sliced, to_json=lambda t: {"start": t.start, "stop": t.stop},
-                robot=lambda b, src, data: getattr(data, name)[src["start"]:src["stop"]])
+                robot=lambda b, src, data: getattr(data, name)[src["start"]:src["stop"]],
+                mirror=_mirror_q(name))
 
 
 def _vector(name: str, width: Callable[[Sizes], int], env_read: Callable[[Any], Any],
             robot_attr: str) -> Kind:
-    """command / last_action: the whole vector the task or the env holds."""
+    """command / last_action: the whole vector the task or the env holds (mirrored by the
+    task's command mirror, and by the joints' for actions)."""
     return Kind(name, size=lambda t, s: width(s), pool=lambda t: name,
                 source=lambda env, t: (width(Sizes({}, env.task.command_dim, env.action_dim)),
                                        lambda: env_read(env)),
                 columns=_whole, to_json=lambda t: {},
-                robot=lambda b, src, data: getattr(b, robot_attr))
+                robot=lambda b, src, data: getattr(b, robot_attr),
+                mirror=lambda t, size, ctx: getattr(ctx, robot_attr.removeprefix("last_")))
 
 
 def _named(name: str) -> Kind:
@@ -98,14 +226,16 @@ def _named(name: str) -> Kind:
             ({"clip": list(t.clip)} if t.clip else {})
 
     return Kind(name, size=lambda t, s: t.stop - t.start, pool=lambda t: f"{name}:{t.field}",
-                source=source, columns=_sliced, to_json=to_json, robot=None, named_field=True)
+                source=source, columns=_sliced, to_json=to_json, robot=None, mirror=None,
+                named_field=True)
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("sensor", size=_sensor_size, pool=lambda t: "sensor",
          source=lambda env, t: (env.sim.model.nsensordata, lambda: env.sim.sensordata),
          columns=lambda t, size, ranges: [c for n in t.sensors for c in range(*ranges[n])],
-         to_json=lambda t: {"sensors": list(t.sensors)}, robot=_robot_sensor),
+         to_json=lambda t: {"sensors": list(t.sensors)}, robot=_robot_sensor,
+         mirror=_mirror_sensor),
     _qslice("qpos"),
     _qslice("qvel"),
     _vector("command", lambda s: s.command_dim, lambda env: env.task.command, "command"),

@@ -146,6 +146,9 @@ def make_config(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int
     a.validate(num_envs)
     if not a.clip:
         raise ValueError("the rl_games adapter runs clipped PPO only (clip=True)")
+    if a.symmetry != "none":
+        raise ValueError("the rl_games adapter has no symmetry augmentation; "
+                         "use symmetry='none' (trot train has it)")
     batch = num_envs * a.rollout_steps
     lr_schedule = "adaptive" if a.desired_kl > 0 else "constant"
     entry = get_task(task)

@@ -21,6 +21,7 @@ At the end it prints the first time both acceptance thresholds held
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import dataclasses
 import time
@@ -52,6 +53,17 @@ def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
         w.writerows(rows)
 
 
+def _override(text: str) -> tuple[str, object]:
+    """FIELD=VALUE, the value a Python literal where it parses as one, else a string."""
+    field, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--agent takes FIELD=VALUE, got {text!r}")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return field, value
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,13 +77,17 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
+    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="PPOConfig overrides over the task's registered ones, e.g. "
+                        "symmetry=augment epochs=4 (for screening a change)")
     a = p.parse_args()
 
     entry = get_task(a.task)
     if entry.task_cls.command_dim == 0:
         p.error(f"{a.task} has no velocity command; pick a legged task")
     run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
-    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=tuned(entry.agent),
+    agent = tuned(entry.agent + tuple(_override(x) for x in a.agent))
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
                       env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
     trainer = build(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +131,8 @@ def main() -> None:
     except ImportError:
         pass
     rate = trainer.env_steps / max(train_s, 1e-9)
-    print(f"\ntask={a.task} N={a.num_envs} seed={a.seed} threads={trainer.env.sim.nthread} "
+    print(f"\ntask={a.task} N={a.num_envs} seed={a.seed} agent overrides={a.agent or None} "
+          f"threads={trainer.env.sim.nthread} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
     print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "
           f"{100 * a.max_falls:.0f}%: "

@@ -1,0 +1,112 @@
+"""Where one training iteration's time goes, on a registered task with its registered agent
+settings: physics and task (env.step), acting (the policy's forward and sampling), the
+rollout's critic pass, GAE and PopArt (prepare), the update, the normalizers and logging.
+
+Each part is timed by wrapping the trainer's own methods (no copy of the loop), after
+warm-up iterations, and printed as seconds per iteration and a share of the whole. The
+random-action env loop at the same N is timed in the same run, so "train / env loop" is
+the ratio issue 23 asks for (>= 0.60).
+
+    python benchmarks/profile_iteration.py --task go1-flat --iterations 10
+    python benchmarks/profile_iteration.py --task go2-flat --agent symmetry=augment
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from trot.agents.config import tuned
+from trot.agents.logger import RunLogger
+from trot.agents.trainer import build
+from trot.config import TrainConfig
+from trot.tasks.registry import get_task
+
+
+def _timed(obj, name: str, totals: dict[str, float], label: str) -> None:
+    fn = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        totals[label] += time.perf_counter() - t
+        return out
+
+    setattr(obj, name, wrapper)
+
+
+def _override(text: str) -> tuple[str, object]:
+    field, _, value = text.partition("=")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return field, value
+
+
+def env_loop_rate(trainer, steps: int) -> float:
+    """Env steps/s of the random-action loop on the trainer's own env."""
+    env, gen = trainer.env, torch.Generator().manual_seed(0)
+    torch.set_num_threads(max(1, trainer.cfg.torch_threads))
+    t = time.perf_counter()
+    for _ in range(steps):
+        env.step(torch.rand(env.num_envs, env.action_dim, generator=gen) * 2 - 1)
+    return steps * env.num_envs / (time.perf_counter() - t)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="go1-flat")
+    p.add_argument("--num-envs", type=int, default=1024)
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE")
+    a = p.parse_args()
+    entry = get_task(a.task)
+    agent = tuned(entry.agent + tuple(_override(x) for x in a.agent))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=entry.config,
+                          run_dir=tmp)
+        trainer = build(cfg)
+        logger = RunLogger(Path(tmp), tensorboard=True, curve_every_s=600.0)
+        for _ in range(a.warmup):
+            logger.log(trainer.iterate() | {"wall_s": 0.0, "steps_per_s": 0.0})
+        totals: dict[str, float] = defaultdict(float)
+        algo, ac = trainer.algo, trainer.ac
+        _timed(trainer.env, "step", totals, "physics + task (env.step)")
+        _timed(algo, "act", totals, "acting (policy forward + sample)")
+        _timed(ac.critic, "value", totals, "critic passes (rollout values, GAE bootstrap)")
+        _timed(algo, "prepare", totals, "prepare (GAE, PopArt; includes a critic pass)")
+        _timed(algo, "update", totals, "update (epochs x minibatches)")
+        _timed(ac, "update_normalizers", totals, "observation normalizers")
+        _timed(logger, "log", totals, "logging (csv, tensorboard)")
+        t = time.perf_counter()
+        for _ in range(a.iterations):
+            logger.log(trainer.iterate() | {"wall_s": 0.0, "steps_per_s": 0.0})
+        total = time.perf_counter() - t
+        logger.close()
+        steps = a.iterations * agent.rollout_steps * a.num_envs
+        loop = env_loop_rate(trainer, 3 * agent.rollout_steps)
+    print(f"task={a.task} N={a.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
+          f"minibatches={agent.minibatches} symmetry={agent.symmetry} "
+          f"threads: sim {trainer.env.sim.nthread}, torch {trainer.cfg.torch_threads} / "
+          f"update {trainer.cfg.update_threads or 'all'}")
+    n = a.iterations
+    for label, s in totals.items():
+        print(f"  {label:<48} {s / n:7.3f} s/it  {100 * s / total:5.1f}%")
+    rest = total - sum(v for k, v in totals.items() if not k.startswith("critic"))
+    print(f"  {'other (rollout writes, checks, host sync)':<48} {rest / n:7.3f} s/it  "
+          f"{100 * rest / total:5.1f}%  (critic passes are inside collection and prepare)")
+    train = steps / total
+    print(f"training {train:,.0f} env-steps/s; random-action env loop {loop:,.0f} env-steps/s; "
+          f"train / env loop = {train / loop:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -126,7 +126,7 @@ SWINGUP = replace(BALANCE, swingup=True, init_angle=0.2)
 register("cartpole-balance", Cartpole, BALANCE,
          "keep a pole upright on a cart; +1 per step, ends when it falls (max return 500)",
          agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
-                    epochs=2, minibatches=2))
+                    epochs=2, minibatches=2), budget=2_000_000)
 register("cartpole-swingup", Cartpole, SWINGUP,
          "swing a hanging pole up and hold it; smooth upright*centered reward, no early end",
-         agent={})
+         agent={}, budget=1_500_000)

@@ -42,4 +42,5 @@ GO1_AGENT = dict(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, 
 register(
     "go1-flat", Go1Flat, config_for(GO1),
     "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
-    "joint position targets at 50 Hz, domain randomization and pushes", agent=GO1_AGENT)
+    "joint position targets at 50 Hz, domain randomization and pushes", agent=GO1_AGENT,
+    budget=30_000_000)

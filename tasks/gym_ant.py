@@ -167,7 +167,7 @@ ANT_PPO = dict(rollout_steps=32, epochs=5, minibatches=4, learning_rate=1e-3, ga
 
 register("gym-ant", GymAnt, ANT,
          "Gymnasium Ant-v5, the same MDP (27-dim observation: qpos[2:] + qvel); "
-         "run with --num-envs 64 on a small CPU", agent=ANT_PPO)
+         "run with --num-envs 64 on a small CPU", agent=ANT_PPO, budget=2_000_000)
 register("gym-ant-cfrc", GymAnt, replace(ANT, include_cfrc_ext_in_observation=True),
          "Gymnasium Ant-v5 with its default 105-dim observation (clipped contact forces)",
          agent=ANT_PPO)

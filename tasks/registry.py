@@ -26,6 +26,9 @@ class TaskEntry:
     agent: tuple[tuple[str, Any], ...] = ()
     """tuned agent settings for this task: (PPOConfig field, value) pairs over the defaults,
     as plain data (the agents read them: trot.agents.config.tuned)"""
+    budget: int | None = None
+    """env steps that reach the task's target in its benchmark: `trot train`'s default
+    --max-env-steps (None: TrainConfig's)"""
     source: TaskSource = BUILTIN
     """where the task's code lives (recorded by runs and exports; tasks/sources.py)"""
 
@@ -34,8 +37,8 @@ _REGISTRY: dict[str, TaskEntry] = {}
 
 
 def register(name: str, task_cls: type[Task], config: TaskConfig, description: str,
-             agent: Mapping[str, Any] | tuple[tuple[str, Any], ...] | None = None
-             ) -> TaskEntry:
+             agent: Mapping[str, Any] | tuple[tuple[str, Any], ...] | None = None,
+             budget: int | None = None) -> TaskEntry:
     """agent: PPOConfig fields to override for this task, e.g. {"epochs": 2} (or another
     entry's `agent` pairs)."""
     source = current_source()
@@ -44,8 +47,11 @@ def register(name: str, task_cls: type[Task], config: TaskConfig, description: s
                          f"{_REGISTRY[name].source.describe()} and by {source.describe()}")
     if not (is_dataclass(config) and isinstance(config, TaskConfig)):
         raise TypeError(f"config for {name!r} must be a TaskConfig dataclass instance")
+    if budget is not None and (not isinstance(budget, int) or budget <= 0):
+        raise ValueError(f"budget for {name!r} must be a positive number of env steps, "
+                         f"got {budget!r}")
     entry = TaskEntry(name, task_cls, config, description, tuple(dict(agent or {}).items()),
-                      source)
+                      budget, source)
     _REGISTRY[name] = entry
     return entry
 

@@ -104,7 +104,8 @@ def parse_train(args: list[str]):
         "TrainConfig", [("env", type(entry.config), dataclasses.field(
             default_factory=lambda: entry.config))], bases=(TrainConfig,), frozen=True)
     cls.__doc__ = f"Train {entry.name}: {entry.description}"
-    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config)
+    budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
+    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
     parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"trot train {entry.name}")
     if parsed.task != entry.name:
         raise ValueError("give the task as the first argument, not --task")

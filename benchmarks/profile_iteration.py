@@ -92,6 +92,7 @@ def main() -> None:
         total = time.perf_counter() - t
         logger.close()
         steps = a.iterations * agent.rollout_steps * a.num_envs
+        totals = dict(totals)  # the env loop below steps the same (wrapped) env
         loop = env_loop_rate(trainer, 3 * agent.rollout_steps)
     print(f"task={a.task} N={a.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
           f"minibatches={agent.minibatches} symmetry={agent.symmetry} "

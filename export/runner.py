@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
-from trot.observation_kinds import KINDS
+from trot.observation_kinds import KINDS, Sizes
 
 
 class ContractError(ValueError):
@@ -135,11 +136,13 @@ def _check_home(c: dict, model, actions: list[dict]) -> None:
 
 
 def _check_layout(c: dict, model) -> None:
-    """Slots back to back from 0 to obs_dim, offsets of their size, sensors in the model."""
+    """Slots back to back from 0 to obs_dim, an offset per value, kinds a robot measures,
+    and each term as wide as its source (its kind's size in KINDS, from the json source)."""
     import mujoco
 
     dims = {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i): int(model.sensor_dim[i])
             for i in range(model.nsensor)}
+    sizes = Sizes(dims, int(c["command_dim"]), int(c["action_dim"]))
     start = 0
     for k, term in enumerate(c["observation"]):
         where = f"policy.json observation[{k}] ({term.get('name')!r})"
@@ -147,18 +150,20 @@ def _check_layout(c: dict, model) -> None:
             raise ContractError(f"{where}: start {term['start']}, size {term['size']} and "
                                 f"{len(term['offset'])} offsets; expected start {start} and "
                                 "one offset per value")
-        kind = KINDS.get(term["source"]["kind"])
+        src = term["source"]
+        kind = KINDS.get(src["kind"])
         if kind is None or kind.robot is None:
-            raise ContractError(f"{where} reads {term['source']['kind']!r}, which no robot "
-                                "measures; accepted: " +
-                                ", ".join(k for k, v in KINDS.items() if v.robot))
-        names = term["source"].get("sensors", []) if kind.name == "sensor" else []
-        missing = [n for n in names if n not in dims]
-        if missing:
-            raise ContractError(f"{where} reads sensors {missing} that model.xml does not have")
-        if names and sum(dims[n] for n in names) != term["size"]:
-            raise ContractError(f"{where} has size {term['size']} but its sensors give "
-                                f"{sum(dims[n] for n in names)} values in model.xml")
+            raise ContractError(f"{where} reads {src['kind']!r}, which no robot measures; "
+                                "accepted: " + ", ".join(n for n, v in KINDS.items() if v.robot))
+        as_term = SimpleNamespace(name=term["name"], sensors=tuple(src.get("sensors", ())),
+                                  start=src.get("start", 0), stop=src.get("stop", 0))
+        try:
+            size = kind.size(as_term, sizes)
+        except KeyError as e:  # a sensor model.xml lacks
+            raise ContractError(f"{where}: {e.args[0]}") from None
+        if size != term["size"]:
+            raise ContractError(f"{where} has size {term['size']} but its source gives "
+                                f"{size} values (model.xml, command_dim, action_dim)")
         start += term["size"]
     if start != c["obs_dim"]:
         raise ContractError(f"policy.json observation slots end at {start}, obs_dim is "

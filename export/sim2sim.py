@@ -1,6 +1,8 @@
 """`trot sim2sim RUN_DIR`: the exported policy drives one plain MuJoCo simulation (MjData,
 mj_step) built from the exported model.xml, through the torch-free runner, exactly the
-path a robot takes. The task's own code only samples start states and scores the result."""
+path a robot takes. The task's own code only samples start states and scores the result,
+and checks the contract: what the task computes on model.xml (action affine, observation
+layout) must be what the contract says."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import mujoco
 import numpy as np
 import torch
 
-from trot.export.runner import ObservationBuilder, OnnxPolicy
+from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy, same_values
+from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
+from trot.tasks.base import Task
+from trot.tasks.observation import make_layout
 from trot.tasks.registry import get_task, is_registered
 from trot.tasks.sources import load_recorded
-from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 
 
 class PlainSim:
@@ -68,45 +72,93 @@ class PlainSim:
             self.refresh()
 
 
+def check_task(c: dict, task: Task, model: mujoco.MjModel) -> None:
+    """Refuse a contract that the task's own code, run on model.xml, contradicts: its
+    action_scale, action_offset, command_dim and observation layout (ContractError naming
+    the field). The robot runner checks the model side (runner.check_model)."""
+    scale, offset = task.action_affine(model)
+    dims = {k: v.size for k, v in sensor_slices(model).items()}
+    layout = make_layout(task.policy_terms(), dims, task.command_dim, model.nu).to_json()
+    expected = {"action_scale": scale, "action_offset": offset,
+                "command_dim": task.command_dim}
+    for field, want in expected.items():
+        if not same_values(c[field], want):
+            raise ContractError(f"policy.json {field} is {c[field]} but task {c['task']!r} "
+                                f"computes {want} on model.xml")
+    if len(layout) != len(c["observation"]):
+        raise ContractError(f"policy.json observation has {len(c['observation'])} terms, "
+                            f"task {c['task']!r} has {len(layout)}")
+    for k, (got, want) in enumerate(zip(c["observation"], layout)):
+        for key in want:
+            if not same_values(got.get(key), want[key]):
+                raise ContractError(f"policy.json observation[{k}].{key} ({want['name']!r}) "
+                                    f"is {got.get(key)} but task {c['task']!r} computes "
+                                    f"{want[key]} on model.xml")
+
+
+class PlainRunner:
+    """The exported policy driving one plain MjData of model.xml, a control step at a time,
+    through OnnxPolicy and ObservationBuilder: a robot loop. `task_changes` replace fields
+    of the exported task config (e.g. randomize=False) for the task code that samples start
+    states, commands and pushes, and scores."""
+
+    def __init__(self, export_dir: Path, task_changes: dict | None = None):
+        self.policy = policy = OnnxPolicy(export_dir)  # an export directory is self-contained
+        c = policy.contract
+        if not is_registered(c["task"]):  # a user task: its recorded source
+            load_recorded(c.get("task_source"), Path(export_dir))
+        entry = get_task(c["task"])
+        cfg = type(entry.config).from_dict(c["task_config"] | (task_changes or {}))
+        self.task = entry.task_cls(cfg)
+        self.model = model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
+        self.data = mujoco.MjData(model)
+        self.sim = PlainSim(model, self.data, int(c["substeps"]))
+        self.task.bind_actions(self.sim)
+        self.task.bind(self.sim)
+        check_task(c, self.task, model)
+        self.builder = ObservationBuilder(c, model)
+
+    def start(self, qpos: np.ndarray, qvel: np.ndarray, gen: torch.Generator) -> None:
+        """A new episode from this state (task state reset, last action zero)."""
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, d)
+        self.sim.refresh()
+        self.task.on_reset(self.sim, torch.ones(1, dtype=torch.bool), gen)
+        self.builder.last_action[:] = 0.0
+
+    def step(self, gen: torch.Generator) -> np.ndarray:
+        """One control step: observe, act, `substeps` mj_steps. Returns the action."""
+        task, d = self.task, self.data
+        if task.command is not None:
+            self.builder.command[:] = task.command[0].numpy()
+        action = self.policy.act(self.builder.build(d))  # clipped inside the graph
+        task.pre_step(self.sim, gen)
+        d.ctrl[:] = self.policy.ctrl(action)
+        for _ in range(self.sim.substeps):
+            mujoco.mj_step(self.model, d)
+        self.sim.refresh()
+        self.builder.last_action[:] = action
+        return action
+
+
 def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 trajectory: Path | None = None) -> dict[str, float | None]:
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    policy = OnnxPolicy(run_dir)  # an export directory is self-contained
-    if not is_registered(policy.contract["task"]):  # a user task: its recorded source
-        load_recorded(policy.contract.get("task_source"), Path(run_dir))
-    entry = get_task(policy.contract["task"])
-    task = entry.task_cls(type(entry.config).from_dict(policy.contract["task_config"]))
-    model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
-    data = mujoco.MjData(model)
-    sim = PlainSim(model, data, int(policy.contract["substeps"]))
-    task.bind_actions(sim)
-    task.bind(sim)
-    builder = ObservationBuilder(policy.contract, model)
+    r = PlainRunner(run_dir)
+    task, sim, data = r.task, r.sim, r.data
     gen = torch.Generator().manual_seed(seed)
     max_steps = max(1, round(task.config.episode_seconds / sim.control_dt))
     returns, lengths, falls, traj = [], [], 0, []
     metrics: dict[str, list[float]] = {}  # task eval metrics, one mean per episode
-    everyone = torch.ones(1, dtype=torch.bool)
     for _ in range(episodes):
         qpos, qvel = task.initial_state(sim, gen)
-        mujoco.mj_resetData(model, data)
-        data.qpos[:], data.qvel[:] = qpos[0].double().numpy(), qvel[0].double().numpy()
-        mujoco.mj_forward(model, data)
-        sim.refresh()
-        task.on_reset(sim, everyone, gen)
-        builder.last_action[:] = 0.0
+        r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
         ret, steps, sums = 0.0, 0, {}
         for steps in range(1, max_steps + 1):
-            if task.command is not None:
-                builder.command[:] = task.command[0].numpy()
-            action = np.clip(policy.act(builder.build(data)), -1.0, 1.0)
-            task.pre_step(sim, gen)
-            data.ctrl[:] = policy.ctrl(action)
-            for _ in range(sim.substeps):
-                mujoco.mj_step(model, data)
-            sim.refresh()
-            builder.last_action[:] = action
+            action = r.step(gen)
             act_t = torch.tensor(action, dtype=torch.float32)[None]
             ret += float(task.reward(sim, act_t)[0][0])
             for k, v in task.eval_metrics(sim).items():
@@ -121,12 +173,12 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
         for k, v in sums.items():
             metrics.setdefault(k, []).append(v / steps)
     if trajectory is not None:
-        np.savez(trajectory, steps=np.asarray(traj), nq=model.nq, nv=model.nv)
-    r = np.asarray(returns)
-    out = {"mean_return": float(r.mean()), "std_return": float(r.std()),
+        np.savez(trajectory, steps=np.asarray(traj), nq=r.model.nq, nv=r.model.nv)
+    rets = np.asarray(returns)
+    out = {"mean_return": float(rets.mean()), "std_return": float(rets.std()),
            "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
            "terminated_rate": falls / episodes}
     out |= {k: float(np.mean(v)) for k, v in metrics.items()}
     return out | task.summarize(out) | {
-        "env_steps": float(policy.contract["training_env_steps"]),
+        "env_steps": float(r.policy.contract["training_env_steps"]),
         "max_return": task.max_return()}

@@ -1,0 +1,154 @@
+"""The export contract of a go1-flat export (tests/data/go1_walker): the committed files are
+what today's exporter writes, and a contract tampered consistently in policy.json and the
+ONNX metadata is refused, naming the field: at load by the model.xml check
+(runner.check_model) or, for what only the task's code knows, by sim2sim (check_task)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+
+from trot.export.contract import build_contract
+from trot.export.onnx import OPSET
+from trot.export.runner import ContractError, OnnxPolicy, check_model
+from trot.export.sim2sim import PlainRunner
+from trot.tasks.registry import get_task, make_env
+
+WALKER = Path(__file__).parent / "data" / "go1_walker"
+REMAKE = "regenerate it: bash tests/data/make_go1_walker.sh"
+
+
+@pytest.fixture(scope="module")
+def policy() -> OnnxPolicy:
+    return OnnxPolicy(WALKER)
+
+
+def _model_fields_that_differ(a: mujoco.MjModel, b: mujoco.MjModel) -> list[str]:
+    """The MjModel arrays that differ (1e-9 relative): the model, not its xml formatting."""
+    out = []
+    for name in dir(a):
+        x = getattr(a, name) if not name.startswith("_") else None
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fiu":
+            y = getattr(b, name)
+            if x.shape != y.shape or not np.allclose(x, y, rtol=1e-9, atol=0):
+                out.append(name)
+    return out
+
+
+def test_committed_walker_is_what_the_exporter_writes_today(policy):
+    """The committed contract and model.xml are what today's code exports for go1-flat
+    (the weights aside): a change of the Go1 or of the exporter shows up here, not as a
+    parity failure further down. The fresh contract passes the load check too."""
+    c = policy.contract
+    env = make_env(c["task"], 1, config=type(get_task(c["task"]).config).from_dict(
+        c["task_config"]))
+    fresh_model = mujoco.MjModel.from_xml_string(env.task.build().to_xml())
+    changed = _model_fields_that_differ(fresh_model, policy.model)
+    assert not changed, f"go1-flat's model changed ({changed}); {REMAKE}"
+    fresh = build_contract(env, env.task.config, c["training_env_steps"], OPSET,
+                           c["model_xml_sha256"])
+    fresh = json.loads(json.dumps(fresh))  # tuples as json lists
+    changed = sorted(k for k in fresh.keys() | c.keys()
+                     if k != "trot_version" and fresh.get(k) != c.get(k))
+    assert not changed, f"the exporter now writes other {changed}; {REMAKE}"
+    check_model(fresh, policy.model)
+    assert any(abs(x) > 0.5 for x in c["action_offset"])  # the home pose, not zeros
+    assert c["home_keyframe"] == "home"
+
+
+def _tampered(d: Path, edit) -> Path:
+    """The walker re-exported with `edit(contract)` applied to policy.json AND the contract
+    inside policy.onnx, so the json/onnx agreement holds and only the model can object."""
+    import onnx
+
+    d.mkdir()
+    for name in ("policy.onnx", "model.xml"):
+        (d / name).write_bytes((WALKER / name).read_bytes())
+    c = json.loads((WALKER / "policy.json").read_text())
+    edit(c)
+    text = json.dumps(c, indent=2, sort_keys=True) + "\n"
+    (d / "policy.json").write_text(text)
+    graph = onnx.load(str(d / "policy.onnx"))
+    next(p for p in graph.metadata_props if p.key == "trot").value = text
+    onnx.save(graph, str(d / "policy.onnx"))
+    return d
+
+
+def _swap(c: dict, field: str, i: int, j: int, key: str | None = None) -> None:
+    x = c[field]
+    if key is None:
+        x[i], x[j] = x[j], x[i]
+    else:
+        x[i][key], x[j][key] = x[j][key], x[i][key]
+
+
+def _relabel(c: dict) -> None:
+    """FR_thigh and FR_calf swapped consistently: actuators, offsets and home pose."""
+    for field in ("actions", "action_offset", "default_joint_pos"):
+        _swap(c, field, 1, 2)
+
+
+def _set(field: str, i: int, value, key: str | None = None):
+    def edit(c: dict) -> None:
+        if key is None:
+            c[field][i] = value
+        else:
+            c[field][i][key] = value
+    return edit
+
+
+RUNNER_REFUSES = {  # refused at OnnxPolicy load, by the model.xml check; key: the message
+    "actions[1].joint": lambda c: _swap(c, "actions", 1, 2, "joint"),
+    "actions[1].name": _relabel,
+    "action_offset[1]": _set("action_offset", 1, 0.8),
+    "default_joint_pos[2]": _set("default_joint_pos", 2, -1.7),
+    "actions[0].kp": _set("actions", 0, 40.0, "kp"),
+    "actions[3].ctrl_range": _set("actions", 3, [-1.0, 1.0], "ctrl_range"),
+    "home_keyframe": lambda c: c.update(home_keyframe="crouch"),
+    "contract_version": lambda c: c.update(contract_version=99),
+    "observation[2]": lambda c: c["observation"][2]["source"]["sensors"].__setitem__(
+        0, "FR_hip_angle"),
+    "observation[1]": lambda c: c["observation"][1].update(start=4),
+    "observation[5] ('command') reads 'param'":
+        lambda c: c["observation"][5]["source"].update(kind="param"),
+    "observation[0] ('projected_gravity') has size 3 but its source gives 6":
+        lambda c: c["observation"][0]["source"].update(sensors=["gyro"] * 2),
+    "observation[5] ('command') has size 3 but its source gives 4":
+        lambda c: c.update(command_dim=4),
+    "action_scale": lambda c: c["action_scale"].pop(),
+    "physics_dt": lambda c: c.update(physics_dt=0.002),
+    "control_dt": lambda c: c.update(substeps=10),
+}
+TASK_REFUSES = {  # consistent with model.xml; refused by sim2sim, from the task's code
+    "action_scale": _set("action_scale", 0, 0.25),
+    "observation[2].offset": lambda c: c["observation"][2]["offset"].__setitem__(1, 0.8),
+    "observation[2].source": lambda c: _swap(c["observation"][2]["source"], "sensors",
+                                                1, 2),
+    "observation[3].scale": _set("observation", 3, 0.1, "scale"),
+}
+
+
+@pytest.mark.parametrize("field", RUNNER_REFUSES)
+def test_tampered_contract_is_refused_at_load_naming_the_field(tmp_path, field):
+    d = _tampered(tmp_path / "export", RUNNER_REFUSES[field])
+    with pytest.raises(ContractError, match=re.escape(f"policy.json {field}")):
+        OnnxPolicy(d)
+
+
+@pytest.mark.parametrize("field", TASK_REFUSES)
+def test_contract_the_task_contradicts_is_refused_by_sim2sim(tmp_path, field):
+    d = _tampered(tmp_path / "export", TASK_REFUSES[field])
+    OnnxPolicy(d)  # the model has no say on these
+    with pytest.raises(ContractError, match=re.escape(f"policy.json {field}")):
+        PlainRunner(d)
+
+
+def test_untampered_rewrite_loads(tmp_path):
+    d = _tampered(tmp_path / "export", lambda c: None)  # the rewrite itself is harmless
+    assert OnnxPolicy(d).contract == OnnxPolicy(WALKER).contract
+    PlainRunner(d)

@@ -120,6 +120,10 @@ RUNNER_REFUSES = {  # refused at OnnxPolicy load, by the model.xml check; key: t
         lambda c: c["observation"][0]["source"].update(sensors=["gyro"] * 2),
     "observation[5] ('command') has size 3 but its source gives 4":
         lambda c: c.update(command_dim=4),
+    "observation[5] ('command') has size 3 but its source gives 2":
+        lambda c: c["observation"][5].update(source={"kind": "qpos", "start": 7, "stop": 9}),
+    "observation[5] ('command') reads 'height_scan'":
+        lambda c: c["observation"][5]["source"].update(kind="height_scan"),
     "action_scale": lambda c: c["action_scale"].pop(),
     "physics_dt": lambda c: c.update(physics_dt=0.002),
     "control_dt": lambda c: c.update(substeps=10),

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from trot.agents.checkpoint import temp_prefix
-from trot.runs import LoadedRun, load_run
 from trot.export.contract import build_contract, dumps, sha256
+from trot.runs import LoadedRun, load_run
 
 OPSET = 18
 PARITY_TOL = 1e-5

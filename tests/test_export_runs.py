@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-import trot.export.contract as contract
 from trot.agents.config import PPOConfig
 from trot.agents.trainer import start_run
 from trot.config import TrainConfig
+from trot.export import contract
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
 from trot.export.runner import check_model
+from trot.tasks import registry
 from trot.tasks.legged import LeggedVelocity, config_for
 from trot.tasks.legged_robot import LeggedRobot
-from trot.tasks import registry
 from trot.tasks.registry import make_env, register
 
 
@@ -71,7 +71,7 @@ def test_mjx_run_exports_evaluates_and_plays_without_jax(mjx_run, tmp_path):
                                 or "mjx" in m)))
     """)
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == [], "JAX was imported"
     written = {f.name for f in (tmp_path / "out").iterdir()}

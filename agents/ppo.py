@@ -119,13 +119,18 @@ class PPO:
 
     def _with_mirror(self, parts: list[Tensor]) -> list[Tensor]:
         """Each field [B, ...] -> [2B, ...]: the samples, then their mirror images. A
-        mirrored sample keeps its behaviour log-prob, advantage, return and value: under a
-        symmetric policy and task they are the original's."""
+        mirrored sample keeps its advantage, return and value (under a symmetric task they
+        are the original's) and its behaviour log-prob: the mirror is a signed permutation,
+        so the mirrored action's density under the mirrored behaviour distribution is the
+        original's. Its reference mean for the KL is the pre-update policy's at the mirrored
+        observation (one forward), not the mirrored mean: while the policy is not yet
+        symmetric those differ, and the KL would read that asymmetry as policy change."""
         m = self.mirrors
         obs, critic_obs, actions, log_probs, mean, adv, ret, values = parts
-        return [torch.cat(x) for x in ((obs, m.policy(obs)), (critic_obs, m.critic(critic_obs)),
+        obs_m = m.policy(obs)  # [B, P]
+        return [torch.cat(x) for x in ((obs, obs_m), (critic_obs, m.critic(critic_obs)),
                                        (actions, m.action(actions)), (log_probs, log_probs),
-                                       (mean, m.action(mean)), (adv, adv), (ret, ret),
+                                       (mean, self.ac.actor(obs_m)), (adv, adv), (ret, ret),
                                        (values, values))]
 
     def update(self, batch: Batch, gen: torch.Generator,

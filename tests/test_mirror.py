@@ -219,3 +219,25 @@ def test_mirrored_state_and_action_step_to_the_mirrored_state():
     # 20 substeps; an unmirrored action misses by 1.1 rad / 8.4 rad/s, a lost sign by 0.8
     torch.testing.assert_close(q2, mq, rtol=0, atol=1e-3)
     torch.testing.assert_close(v2, mv, rtol=0, atol=2e-2)
+
+
+def test_kl_of_the_augmented_batch_measures_policy_change_only():
+    """One epoch of one minibatch: the KL is taken before the first step, so it is 0 for
+    every row, mirrored ones included. The bug: the mirrored rows' reference mean taken as
+    the mirrored mean, which differs from the policy's mean at the mirrored observation
+    while the policy is not symmetric (a fresh one is not): the KL then reads asymmetry as
+    change and the adaptive rate falls."""
+    from trot.agents.config import tuned
+    from trot.agents.trainer import Trainer
+    from trot.config import TrainConfig
+
+    agent = dataclasses.replace(tuned(get_task("go2-flat").agent), symmetry="augment",
+                                rollout_steps=4, epochs=1, minibatches=1,
+                                init_log_std=-2.0)  # a small std makes mean gaps count
+    env = make_env("go2-flat", num_envs=32, seed=0)
+    tr = Trainer(TrainConfig(task="go2-flat", num_envs=32, seed=0, agent=agent), env)
+    env.reset()
+    for _ in range(3):  # the policy moves off its near-zero init, asymmetrically
+        m = tr.iterate()
+        assert m["kl"] == 0.0
+    assert _asymmetry(tr, env.mirrors()) > 0.1

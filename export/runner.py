@@ -135,6 +135,15 @@ def _check_home(c: dict, model, actions: list[dict]) -> None:
                 f"{key!r}): a zero action holds the home pose")
 
 
+def robot_kind(name: str, where: str):
+    """The KINDS entry of a source a robot measures; a ContractError for any other."""
+    kind = KINDS.get(name)
+    if kind is None or kind.robot is None:
+        raise ContractError(f"{where} reads {name!r}, which no robot measures; accepted: "
+                            + ", ".join(n for n, v in KINDS.items() if v.robot))
+    return kind
+
+
 def _check_layout(c: dict, model) -> None:
     """Slots back to back from 0 to obs_dim, an offset per value, kinds a robot measures,
     and each term as wide as its source (its kind's size in KINDS, from the json source)."""
@@ -151,10 +160,7 @@ def _check_layout(c: dict, model) -> None:
                                 f"{len(term['offset'])} offsets; expected start {start} and "
                                 "one offset per value")
         src = term["source"]
-        kind = KINDS.get(src["kind"])
-        if kind is None or kind.robot is None:
-            raise ContractError(f"{where} reads {src['kind']!r}, which no robot measures; "
-                                "accepted: " + ", ".join(n for n, v in KINDS.items() if v.robot))
+        kind = robot_kind(src["kind"], where)
         as_term = SimpleNamespace(name=term["name"], sensors=tuple(src.get("sensors", ())),
                                   start=src.get("start", 0), stop=src.get("stop", 0))
         try:
@@ -260,11 +266,7 @@ class ObservationBuilder:
 
     def raw(self, term: dict, data) -> np.ndarray:
         """The term's raw values from `data` (its kind's robot-side read, KINDS)."""
-        kind = KINDS.get(term["source"]["kind"])
-        if kind is None or kind.robot is None:
-            raise ContractError(f"observation term {term['name']!r} reads "
-                                f"{term['source']['kind']!r}, which no robot measures; "
-                                "accepted: " + ", ".join(k for k, v in KINDS.items() if v.robot))
+        kind = robot_kind(term["source"]["kind"], f"observation term {term['name']!r}")
         return kind.robot(self, term["source"], data)
 
     def build(self, data) -> np.ndarray:

@@ -3,10 +3,12 @@
 Blocks headed `# NAME.py` are the user's files: they are saved under that name in a
 temporary folder outside the repository (a `(continued)` block appends). The other Python
 blocks run in one scope that imports those files; the shell blocks run line by line in
-that folder, in new processes, exactly as printed."""
+that folder, in new processes, exactly as printed. docs/export.md's shell commands run the
+same way, from the repository root."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -103,19 +105,42 @@ def test_tasks_md_robot_and_its_primitive_collision_variant_build(doc_scope):
                    for g in range(m.ngeom))
 
 
+def _shell_lines(doc: Path) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), flags=re.S)
+    return [ln for b in blocks for ln in b.splitlines() if ln.strip()]
+
+
+def _run_as_printed(line: str, cwd: Path) -> tuple[list[str], subprocess.CompletedProcess]:
+    """A page's `trot ...` line, in a new process from `cwd`; it must succeed."""
+    argv = shlex.split(line)
+    assert argv[0] == "trot", line
+    p = subprocess.run([sys.executable, "-m", "trot", *argv[1:]], cwd=cwd,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, f"{line}\n{p.stdout[-1500:]}\n{p.stderr[-3000:]}"
+    return argv, p
+
+
+def test_export_md_shell_commands_run_as_printed():
+    """docs/export.md's commands, from the repository root (they use the committed
+    tests/data/go1_walker export)."""
+    lines = _shell_lines(REPO / "docs" / "export.md")
+    assert any(ln.startswith("trot sim2sim") for ln in lines)
+    for line in lines:
+        argv, p = _run_as_printed(line, REPO)
+        if "--json" in argv:
+            out = json.loads(p.stdout.strip().splitlines()[-1])
+            assert out["episodes"] >= 1 and out["terminated_rate"] == 0.0, out  # it walks
+
+
 def test_tasks_md_shell_commands_run_as_printed(tmp_path):
     """The user's path: files in their own folder, trot on the command line. Every command
     after the first finds the task again without --tasks (the run recorded it)."""
     _write_user_files(tmp_path)
-    lines = [ln for block in _blocks("bash") for ln in block.splitlines() if ln.strip()]
+    lines = _shell_lines(DOC)
     assert any("--tasks my_tasks.py" in ln for ln in lines)
     assert any(ln.startswith("trot sim2sim") for ln in lines)
     for line in lines:
-        argv = shlex.split(line)
-        assert argv[0] == "trot", line
-        p = subprocess.run([sys.executable, "-m", "trot", *argv[1:]], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600, check=False)
-        assert p.returncode == 0, f"{line}\n{p.stdout[-1500:]}\n{p.stderr[-3000:]}"
+        argv, p = _run_as_printed(line, tmp_path)
         if "--tasks" not in argv and "pendulum" in line:  # found through the record
             assert f"importing task file {tmp_path / 'my_tasks.py'}" in p.stderr, p.stderr
     assert (tmp_path / "runs" / "pendulum" / "policy.onnx").is_file()

@@ -6,6 +6,7 @@ PPO update *is* the A2C update (one epoch, one minibatch, no clipping).
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
@@ -104,6 +105,18 @@ class PPOConfig:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """FIELD=VALUE from a command line (benchmarks' --agent): the value a Python literal
+    where it parses as one, else the string."""
+    field, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"an agent override is FIELD=VALUE, got {text!r}")
+    try:
+        return field, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return field, value
 
 
 def tuned(overrides: tuple[tuple[str, Any], ...] | None) -> PPOConfig:

@@ -21,7 +21,6 @@ At the end it prints the first time both acceptance thresholds held
 from __future__ import annotations
 
 import argparse
-import ast
 import csv
 import dataclasses
 import time
@@ -31,7 +30,7 @@ from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
 from trot.agents.trainer import build
-from trot.agents.config import tuned
+from trot.agents.config import parse_override, tuned
 from trot.config import TrainConfig, save_json
 from trot.tasks.registry import get_task, make_env
 
@@ -51,17 +50,6 @@ def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
-
-
-def _override(text: str) -> tuple[str, object]:
-    """FIELD=VALUE, the value a Python literal where it parses as one, else a string."""
-    field, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"--agent takes FIELD=VALUE, got {text!r}")
-    try:
-        return field, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return field, value
 
 
 def main() -> None:
@@ -86,7 +74,7 @@ def main() -> None:
     if entry.task_cls.command_dim == 0:
         p.error(f"{a.task} has no velocity command; pick a legged task")
     run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
-    agent = tuned(entry.agent + tuple(_override(x) for x in a.agent))
+    agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
     cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
                       env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
     trainer = build(cfg)

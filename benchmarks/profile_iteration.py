@@ -14,7 +14,6 @@ the ratio issue 23 asks for (>= 0.60).
 from __future__ import annotations
 
 import argparse
-import ast
 import tempfile
 import time
 from collections import defaultdict
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from trot.agents.config import tuned
+from trot.agents.config import parse_override, tuned
 from trot.agents.logger import RunLogger
 from trot.agents.trainer import build
 from trot.config import TrainConfig
@@ -39,14 +38,6 @@ def _timed(obj, name: str, totals: dict[str, float], label: str) -> None:
         return out
 
     setattr(obj, name, wrapper)
-
-
-def _override(text: str) -> tuple[str, object]:
-    field, _, value = text.partition("=")
-    try:
-        return field, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return field, value
 
 
 def env_loop_rate(trainer, steps: int) -> float:
@@ -69,7 +60,7 @@ def main() -> None:
     p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE")
     a = p.parse_args()
     entry = get_task(a.task)
-    agent = tuned(entry.agent + tuple(_override(x) for x in a.agent))
+    agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=entry.config,
                           run_dir=tmp)

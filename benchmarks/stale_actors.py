@@ -44,6 +44,7 @@ LAST = 20
 def run_one(args: tuple[str, int, int, int]) -> tuple[str, int, int, np.ndarray, float]:
     learner, lag, seed, updates = args
     torch.set_num_threads(1)
+    from trot.agents.config import tuned
     from trot.agents.evaluate import run_episodes
     from trot.agents.trainer import build
     from trot.config import TrainConfig

@@ -141,8 +141,8 @@ class Env:
 
     def _compile_observations(self) -> None:
         """Layouts, and plans that gather each observation from a pool of the sources the
-        terms read (sensordata, qpos, ... named fields), side by side in that order."""
-        task, sim, m = self.task, self.sim, self.sim.model
+        terms read (sensordata, qpos, ... named fields), side by side in order of first use."""
+        task, m = self.task, self.sim.model
         slices = sensor_slices(m)
         dims = {k: s.size for k, s in slices.items()}
         ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}

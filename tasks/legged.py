@@ -133,7 +133,7 @@ class LeggedVelocity(Task[LeggedConfig]):
     # ---------------------------------------------------------------- setup
     def bind(self, sim: BatchedSim) -> None:
         m, c, r = sim.model, self.config, self.robot
-        n, dev = sim.num_envs, sim.device
+        dev = sim.device
         self.dt = sim.control_dt
         self._compiled = m  # the model the env compiled from this task's build()
         acts = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_JOINT, m.actuator_trnid[i, 0])

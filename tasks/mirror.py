@@ -55,15 +55,8 @@ def context(mirror: Mirror, model: mujoco.MjModel) -> MirrorContext:
         if min(ids) < 0:
             raise ValueError(f"mirror pair ({a}, {b}) names a joint the model lacks")
         joint[ids[0]], joint[ids[1]] = (ids[1], float(sign)), (ids[0], float(sign))
-    action_perm, action_signs = [], []
-    for i in range(model.nu):
-        j = int(model.actuator_trnid[i, 0])
-        twin, sign = joint.get(j, (j, 1.0))
-        action_perm.append(int((model.actuator_trnid[:, 0] == twin).nonzero()[0][0]))
-        action_signs.append(sign)
     signs = list(mirror.command)
-    return MirrorContext(model, joint, (list(range(len(signs))), signs),
-                         (action_perm, action_signs))
+    return MirrorContext(model, joint, (list(range(len(signs))), signs))
 
 
 def observation_map(layout: ObsLayout, ctx: MirrorContext, device: torch.device) -> MirrorMap:

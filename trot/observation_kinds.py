@@ -63,7 +63,15 @@ class MirrorContext:
     """joint id -> (its mirror joint's id, sign); joints of the symmetry plane map to
     themselves, the free joint is mirrored by its own rule"""
     command: Perm
-    action: Perm
+
+    @property
+    def action(self) -> Perm:
+        """Over actions (one per actuator): each to its joint's twin's actuator."""
+        import mujoco
+
+        twins = [_mirror_index(self, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
+                 for i in range(self.model.nu)]
+        return [t for t, _ in twins], [s for _, s in twins]
 
     def body(self, b: int) -> int:
         """A body's mirror: its joint's mirror joint's body; a body without a mirrored
@@ -112,8 +120,9 @@ def _mirror_index(ctx: MirrorContext, objtype: int, obj: int) -> tuple[int, floa
     if objtype == t.mjOBJ_JOINT:
         return ctx.joint.get(obj, (obj, 1.0))
     if objtype == t.mjOBJ_ACTUATOR:
-        j, sign = ctx.joint.get(int(m.actuator_trnid[obj, 0]), (obj, 1.0))
-        return int(np.flatnonzero(m.actuator_trnid[:, 0] == j)[0]), sign
+        j = int(m.actuator_trnid[obj, 0])
+        twin, sign = ctx.joint.get(j, (j, 1.0))  # a joint of the plane is its own twin
+        return int(np.flatnonzero(m.actuator_trnid[:, 0] == twin)[0]), sign
     if objtype == t.mjOBJ_SITE:  # the mirror body's site at the same place in its list
         b, mb = int(m.site_bodyid[obj]), ctx.body(int(m.site_bodyid[obj]))
         mine, theirs = (list(np.flatnonzero(m.site_bodyid == x)) for x in (b, mb))

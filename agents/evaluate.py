@@ -25,6 +25,7 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
     active = torch.ones(n, dtype=torch.bool, device=dev)
     term = torch.zeros(n, dtype=torch.bool, device=dev)
     traces: dict[str, list[Tensor]] = {}
+    final: dict[str, Tensor] = {}  # Task.episode_outcomes at each env's last step
     env.record_eval_metrics = True  # read before the step's resets, not after
     for _ in range(env.max_episode_steps):
         res = env.step(policy(obs.policy).clamp(-1.0, 1.0))
@@ -33,7 +34,10 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
         for k, v in env.eval_step.items():
             traces.setdefault(k, []).append(torch.where(active, v.float(), torch.nan))
         term |= res.terminated & active
-        active &= ~(res.terminated | res.truncated)
+        ended = active & (res.terminated | res.truncated)
+        for k, v in env.eval_outcomes.items():
+            final[k] = torch.where(ended, v.float(), final.get(k, torch.full_like(ret, torch.nan)))
+        active &= ~ended
         obs = res.obs
     out = {"mean_return": ret.mean().item(), "std_return": ret.std(unbiased=False).item(),
            "episodes": float(episodes), "mean_length": length.mean().item(),
@@ -43,6 +47,8 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
         out[k] = _nanmean_per_env(x).mean().item()
         halves = [_nanmean_per_env(_second_half(x[:, i])) for i in range(n)]
         out[f"{k}_second_half"] = torch.stack(halves).mean().item()
+    for k, v in final.items():  # NaN where the outcome does not apply to an env
+        out[k] = v.nanmean().item() if bool((~v.isnan()).any()) else None
     return out | env.task.summarize(out)
 
 
@@ -57,11 +63,12 @@ def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
 
 
 def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345, device: str = "cpu",
-             sim: str | None = None) -> dict[str, float | None]:
-    """sim: the physics backend to evaluate on (default: the run's own)."""
+             sim: str | None = None, course: bool = False) -> dict[str, float | None]:
+    """sim: the physics backend to evaluate on (default: the run's own); course: on the
+    task's fixed terrain course (runs.course_changes)."""
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    run = load_run(run_dir, episodes, seed, device, sim)
+    run = load_run(run_dir, episodes, seed, device, sim, course)
     out: dict[str, float | None] = dict(run_episodes(run.env, run.ac.actor, episodes))
     out["env_steps"] = float(run.state["env_steps"])
     mr = run.env.task.max_return()

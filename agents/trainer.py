@@ -105,8 +105,10 @@ class Trainer:
                               if p.is_floating_point()]).all()
         ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
         ep_vals = self.comm.merge_episode_stats(ep_vals)  # episodes of every rank
-        names = list(stats) + ep_names + ["finite"]
+        task_m = self.env.task.iteration_metrics()  # e.g. the terrain curriculum's level
+        names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + ["finite"]
         values = torch.cat([torch.stack(list(stats.values())), ep_vals,
+                            *(v.float()[None] for v in task_m.values()),
                             finite.float()[None]]).tolist()  # the one host sync
         m = dict(zip(names, values))
         self.iteration += 1

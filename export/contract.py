@@ -14,7 +14,7 @@ from trot.export.model_info import actuators, default_joint_pos, home_keyframe
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task
 
-CONTRACT_VERSION = 2  # 2: home_keyframe
+CONTRACT_VERSION = 3  # 3: model_files; 2: home_keyframe
 
 
 def sha256(data: bytes) -> str:
@@ -22,7 +22,8 @@ def sha256(data: bytes) -> str:
 
 
 def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
-                   model_xml_sha256: str) -> dict[str, Any]:
+                   model_xml_sha256: str, model_files: dict[str, bytes]) -> dict[str, Any]:
+    """model_files: the files model.xml reads (a terrain's heightfield), by name."""
     model, task = env.sim.model, env.task
     scale, offset = task.action_affine(model)
     home = home_keyframe(model, task.home_keyframe)
@@ -36,6 +37,7 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
         "opset": opset,
         "model_xml": "model.xml",
         "model_xml_sha256": model_xml_sha256,
+        "model_files": {k: sha256(v) for k, v in sorted(model_files.items())},
         "obs_dim": env.obs_dim,
         "action_dim": env.action_dim,
         "observation": env.policy_layout.to_json(),

@@ -112,7 +112,7 @@ def require_export_deps() -> None:
                           "installed): pip install 'trot[export]'")
 
 
-def check_written_model(contract: dict, xml: str) -> None:
+def check_written_model(contract: dict, xml: str, files: dict[str, bytes]) -> None:
     """The checks the runner makes at load (runner.check_model), on the model.xml about to
     be written: an export the robot side would refuse is never written."""
     import mujoco
@@ -120,7 +120,7 @@ def check_written_model(contract: dict, xml: str) -> None:
     from trot.export.runner import ContractError, check_model
 
     try:
-        check_model(contract, mujoco.MjModel.from_xml_string(xml))
+        check_model(contract, mujoco.MjModel.from_xml_string(xml, assets=files))
     except ContractError as e:
         raise ExportError(f"the contract fails its own load check: {e}") from None
 
@@ -134,19 +134,23 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     # MuJoCo C gives both for a run trained on any backend (an mjx run compiles no MJX here).
     run = load_run(run_dir, num_envs=64, sim="cpu")
     policy = DeployedPolicy(run.ac.actor).eval()
-    xml = run.env.task.build().to_xml()
+    spec = run.env.task.build()
+    xml, files = spec.to_xml(), dict(spec.assets)  # files: what model.xml reads (terrains)
     contract = build_contract(run.env, run.env.task.config, run.state["env_steps"], OPSET,
-                              sha256(xml.encode()))
-    check_written_model(contract, xml)
+                              sha256(xml.encode()), files)
+    check_written_model(contract, xml, files)
     text = dumps(contract)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("export"), suffix=".tmp", dir=out))
     try:
         (tmp / "model.xml").write_text(xml)
+        for name, blob in files.items():
+            (tmp / name).write_bytes(blob)
         (tmp / "policy.json").write_text(text)
         write_onnx(policy, run.env.obs_dim, tmp / "policy.onnx", text)
         report = check_parity(tmp / "policy.onnx", policy, parity_observations(run))
-        for name in FILES:  # each rename is atomic; the runner checks the trio agrees
+        # each rename is atomic, model files first; the runner checks that all agree
+        for name in (*files, *FILES):
             os.replace(tmp / name, out / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -56,7 +56,7 @@ class JointMap:
         return np.asarray(x_policy)[..., self.from_policy]
 
 
-CONTRACT_VERSIONS = (1, 2)  # 2 added home_keyframe; 1 meant the keyframe named 'home'
+CONTRACT_VERSIONS = (1, 2, 3)  # 3: model_files; 2: home_keyframe (1: the keyframe 'home')
 _REL = 1e-9  # model.xml numbers are the exported ones, up to the xml's decimal round trip
 
 
@@ -162,14 +162,18 @@ def _check_layout(c: dict, model) -> None:
         src = term["source"]
         kind = robot_kind(src["kind"], where)
         as_term = SimpleNamespace(name=term["name"], sensors=tuple(src.get("sensors", ())),
-                                  start=src.get("start", 0), stop=src.get("stop", 0))
+                                  start=src.get("start", 0), stop=src.get("stop", 0),
+                                  grid=tuple(src.get("grid", ())))
         try:
             size = kind.size(as_term, sizes)
-        except KeyError as e:  # a sensor model.xml lacks
+        except (KeyError, ValueError) as e:  # a sensor model.xml lacks, a bad scan grid
             raise ContractError(f"{where}: {e.args[0]}") from None
         if size != term["size"]:
             raise ContractError(f"{where} has size {term['size']} but its source gives "
                                 f"{size} values (model.xml, command_dim, action_dim)")
+        if "points" in src and not np.allclose(src["points"], kind.to_json(as_term)["points"]):
+            raise ContractError(f"{where}: its scan points are not those of its grid "
+                                f"{src['grid']} (trot/heightfield.py scan_offsets)")
         start += term["size"]
     if start != c["obs_dim"]:
         raise ContractError(f"policy.json observation slots end at {start}, obs_dim is "
@@ -207,10 +211,17 @@ class OnnxPolicy:
             raise ContractError(f"onnx graph maps {inp.shape[-1]} -> {out.shape[-1]} but the "
                                 f"json says obs_dim {self.obs_dim} -> action_dim "
                                 f"{self.action_dim}")
-        digest = hashlib.sha256(xml_path.read_bytes()).hexdigest()
-        if digest != c["model_xml_sha256"]:
-            raise ContractError(f"{xml_path.name} hash {digest[:12]}... does not match the "
-                                f"contract's {c['model_xml_sha256'][:12]}...")
+        files = {xml_path.name: c["model_xml_sha256"]} | c.get("model_files", {})
+        for name, want in files.items():  # model.xml and the files it reads (terrains)
+            f = self.dir / name
+            if not f.is_file():
+                raise ContractError(f"{self.dir}: missing {name}, which model.xml reads; an "
+                                    "export keeps the files of policy.json's model_files "
+                                    "beside model.xml")
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+            if digest != want:
+                raise ContractError(f"{name} hash {digest[:12]}... does not match the "
+                                    f"contract's {want[:12]}...")
         self.model_xml = xml_path
         import mujoco
 
@@ -251,11 +262,20 @@ class ObservationBuilder:
         self.dim = int(contract["obs_dim"])
         self.command = np.zeros(int(contract["command_dim"]))
         self.last_action = np.zeros(int(contract["action_dim"]))
+        self._model, self._maps = model, None
         self._sensor = {}
         for i in range(model.nsensor):
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i)
             adr, dim = int(model.sensor_adr[i]), int(model.sensor_dim[i])
             self._sensor[name] = slice(adr, adr + dim)
+
+    def height_maps(self):
+        """The model's heightfields and ground plane, for a height scan (sim2sim)."""
+        if self._maps is None:
+            from trot.heightfield import height_maps
+
+            self._maps = height_maps(self._model)
+        return self._maps
 
     def sensor_slice(self, name: str) -> slice:
         try:
@@ -272,6 +292,9 @@ class ObservationBuilder:
     def build(self, data) -> np.ndarray:
         obs = np.empty(self.dim, dtype=np.float64)
         for term in self.layout:
-            x = (self.raw(term, data) - np.asarray(term["offset"])) * term["scale"]
+            raw = self.raw(term, data)
+            if "clip" in term["source"]:
+                raw = np.clip(raw, *term["source"]["clip"])
+            x = (raw - np.asarray(term["offset"])) * term["scale"]
             obs[term["start"]:term["start"] + term["size"]] = x
         return obs.astype(np.float32)

@@ -6,6 +6,7 @@ layout) must be what the contract says."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import mujoco
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy, same_values
+from trot.runs import course_changes
 from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 from trot.tasks.base import Task
 from trot.tasks.observation import make_layout
@@ -102,13 +104,16 @@ class PlainRunner:
     of the exported task config (e.g. randomize=False) for the task code that samples start
     states, commands and pushes, and scores."""
 
-    def __init__(self, export_dir: Path, task_changes: dict | None = None):
+    def __init__(self, export_dir: Path, task_changes: dict | None = None,
+                 course: bool = False):
         self.policy = policy = OnnxPolicy(export_dir)  # an export directory is self-contained
         c = policy.contract
         if not is_registered(c["task"]):  # a user task: its recorded source
             load_recorded(c.get("task_source"), Path(export_dir))
         entry = get_task(c["task"])
         cfg = type(entry.config).from_dict(c["task_config"] | (task_changes or {}))
+        if course:
+            cfg = dataclasses.replace(cfg, **course_changes(c["task"], cfg))
         self.task = entry.task_cls(cfg)
         self.model = model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
         self.data = mujoco.MjData(model)
@@ -144,16 +149,22 @@ class PlainRunner:
 
 
 def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
-                trajectory: Path | None = None) -> dict[str, float | None]:
+                trajectory: Path | None = None, course: bool = False) -> dict[str, float | None]:
+    """course: on the task's fixed terrain course (runs.course_changes), whose heightfield
+    model.xml carries beside the training terrain."""
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
-    r = PlainRunner(run_dir)
+    r = PlainRunner(run_dir, course=course)
     task, sim, data = r.task, r.sim, r.data
     gen = torch.Generator().manual_seed(seed)
     max_steps = max(1, round(task.config.episode_seconds / sim.control_dt))
     returns, lengths, falls, traj = [], [], 0, []
     metrics: dict[str, list[float]] = {}  # task eval metrics, one mean per episode
+    outcomes: dict[str, list[float]] = {}  # Task.episode_outcomes at each episode's end
+    one = torch.ones(1, dtype=torch.bool)
+    task.restart()  # as Env.reset: the first start ends no episode
     for _ in range(episodes):
+        task.episode_end(sim, one)
         qpos, qvel = task.initial_state(sim, gen)
         r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
         ret, steps, sums = 0.0, 0, {}
@@ -165,7 +176,12 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 sums[k] = sums.get(k, 0.0) + float(v[0])
             if trajectory is not None:
                 traj.append(np.concatenate([data.qpos, data.qvel, action]))
-            if bool(task.terminated(sim)[0]):
+            fell = bool(task.terminated(sim)[0])
+            if fell or steps == max_steps:
+                for k, v in task.episode_outcomes(sim).items():
+                    if not np.isnan(float(v[0])):
+                        outcomes.setdefault(k, []).append(float(v[0]))
+            if fell:
                 falls += 1
                 break
         returns.append(ret)
@@ -179,6 +195,7 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
            "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
            "terminated_rate": falls / episodes}
     out |= {k: float(np.mean(v)) for k, v in metrics.items()}
+    out |= {k: float(np.mean(v)) for k, v in outcomes.items()}
     return out | task.summarize(out) | {
         "env_steps": float(r.policy.contract["training_env_steps"]),
         "max_return": task.max_return()}

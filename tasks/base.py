@@ -141,6 +141,10 @@ class Task(ABC, Generic[C]):
         """`Env.reset` calls this before resetting every env: drop anything drawn ahead
         (a `UniformBank`), so that draws after a reseed start from the new seed."""
 
+    def episode_end(self, sim: BatchedSim, mask: Tensor) -> None:
+        """Envs where mask [N] is set are about to reset, in the state their episode ended
+        in (before `initial_state`): e.g. a terrain curriculum moves them between rows."""
+
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         """Reset task state (commands, randomization) of envs where mask [N] is set."""
 
@@ -179,6 +183,17 @@ class Task(ABC, Generic[C]):
 
     def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
         """Per-step [N] quantities that `trot eval` averages over each episode."""
+        return {}
+
+    def episode_outcomes(self, sim: BatchedSim) -> dict[str, Tensor]:
+        """Per-env [N] results that `trot eval` and `trot sim2sim` read at each episode's
+        last step (not averaged over it) and average over the episodes where they are not
+        NaN: e.g. success on a terrain course, per sub-terrain."""
+        return {}
+
+    def iteration_metrics(self) -> dict[str, Tensor]:
+        """0-d device tensors logged every training iteration (in its one host sync) as
+        `task/NAME` and shown in the progress line: e.g. the mean terrain level."""
         return {}
 
     def summarize(self, means: dict[str, float]) -> dict[str, float]:

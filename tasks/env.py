@@ -112,6 +112,7 @@ class Env:
         # evaluation only: Task.eval_metrics of the state each step reached, before resets
         self.record_eval_metrics = False
         self.eval_step: dict[str, Tensor] = {}
+        self.eval_outcomes: dict[str, Tensor] = {}  # Task.episode_outcomes, the same way
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
 
@@ -203,6 +204,7 @@ class Env:
         return self.obs
 
     def _reset_envs(self, mask: Tensor) -> None:
+        self.task.episode_end(self.sim, mask)
         qpos, qvel = self.task.initial_state(self.sim, self.gen)
         self.sim.reset(mask, qpos, qvel)
         self.task.on_reset(self.sim, mask, self.gen)
@@ -235,6 +237,7 @@ class Env:
         reward = self._record(reward, terms, done, None if stable else unstable, n_unstable)
         if self.record_eval_metrics:  # before the reset: an ended env's last state counts
             self.eval_step = self.task.eval_metrics(self.sim)
+            self.eval_outcomes = self.task.episode_outcomes(self.sim)
 
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,

@@ -8,6 +8,7 @@ from pathlib import Path
 from trot.tasks.legged import LeggedConfig, LeggedVelocity, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.registry import register
+from trot.tasks.rough import LeggedRough, RoughConfig
 
 ASSET = Path(__file__).parent / "assets" / "go1.xml"
 LEGS = ("FR", "FL", "RR", "RL")
@@ -44,3 +45,14 @@ register(
     "Unitree Go1 (trot's MJCF) tracks planar velocity and yaw rate commands on flat ground; "
     "joint position targets at 50 Hz, domain randomization and pushes", agent=GO1_AGENT,
     budget=30_000_000)
+
+
+class Go1Rough(LeggedRough):
+    robot = GO1
+
+
+register(
+    "go1-rough", Go1Rough,
+    config_for(GO1, RoughConfig, w_orientation=-0.2),  # slopes tilt the base
+    "the Go1 on generated rough terrain (slopes, stairs, rough ground, obstacles) with a "
+    "terrain curriculum; the critic sees a height scan", agent=GO1_AGENT, budget=60_000_000)

@@ -171,6 +171,7 @@ class LeggedVelocity(Task[LeggedConfig]):
                                      device=dev)
         self._cmd_high = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.yaw_rate[1]],
                                       device=dev)
+        self._standing = c.standing_fraction  # share of all-zero commands
         self._resample_steps = max(1, round(c.resample_seconds / self.dt))
         self._push_steps = tuple(max(1, round(s / self.dt)) for s in c.push_interval_seconds)
         self._bind_state(sim)
@@ -224,7 +225,7 @@ class LeggedVelocity(Task[LeggedConfig]):
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         c, n = self.config, sim.num_envs
         m1 = mask[:, None]
-        cmd = loco.sample_commands(n, self._cmd_low, self._cmd_high, c.standing_fraction, gen)
+        cmd = loco.sample_commands(n, self._cmd_low, self._cmd_high, self._standing, gen)
         self.command.copy_(torch.where(m1, cmd, self.command))
         self._cmd_seen.copy_(torch.where(m1, cmd, self._cmd_seen))
         self._cmd_timer.masked_fill_(mask, 0)
@@ -284,7 +285,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         self._cmd_seen.copy_(self.command)
         due, self._cmd_timer = loco.tick(self._cmd_timer, self._resample_steps)
         new = loco.sample_commands(sim.num_envs, self._cmd_low, self._cmd_high,
-                                   c.standing_fraction, gen)
+                                   self._standing, gen)
         self.command.copy_(torch.where(due[:, None], new, self.command))
         self._prev_joint_vel.copy_(self._joint_vel(sim))
         if c.push:

@@ -106,10 +106,12 @@ class LeggedConfig(TaskConfig):
     """a kick adds U(-x, x) m/s to each of the base's world x and y velocities"""
 
 
-def config_for(robot: LeggedRobot, **changes) -> LeggedConfig:
-    """The task config with the robot's own settings (`LeggedRobot.config`), then `changes`."""
-    names = {f.name for f in fields(LeggedConfig)}
+def config_for(robot: LeggedRobot, cls: type[LeggedConfig] = LeggedConfig,
+               **changes) -> LeggedConfig:
+    """The task config (`cls`: LeggedConfig or a subclass, e.g. the rough task's) with the
+    robot's own settings (`LeggedRobot.config`), then `changes`."""
+    names = {f.name for f in fields(cls)}
     unknown = sorted({k for k, _ in robot.config} - names)
     if unknown:
-        raise ValueError(f"robot config names unknown LeggedConfig fields {unknown}")
-    return replace(LeggedConfig(), **dict(robot.config), **changes)
+        raise ValueError(f"robot config names unknown {cls.__name__} fields {unknown}")
+    return replace(cls(), **dict(robot.config) | changes)

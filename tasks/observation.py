@@ -5,7 +5,9 @@ A term is `(raw - offset) * scale`, plus uniform noise of `noise` (in scaled uni
 training. Sources are what a real robot can read: named MJCF sensors, the command, the
 last action; `qpos`/`qvel` slices, `data` (a slice of a flattened MjData field the sim
 tracks, `Task.data_fields`, optionally clipped first) and `param` (a slice of a flattened
-per-env model parameter, e.g. the randomized floor friction) exist for privileged terms.
+per-env model parameter, e.g. the randomized floor friction) exist for privileged terms;
+`height_scan` is the base's height above the terrain at a grid of points around it
+(trot/heightfield.py), privileged by default (on a robot it comes from perception).
 The robot runner (export/runner.py) refuses `data` and `param` terms: no robot measures them.
 """
 
@@ -28,7 +30,8 @@ class ObsTerm:
 
     name: str
     kind: str
-    """the source: sensor, qpos, qvel, command, last_action, data or param (SOURCE_KINDS)"""
+    """the source: sensor, qpos, qvel, command, last_action, data, param or height_scan
+    (SOURCE_KINDS)"""
     sensors: tuple[str, ...] = ()
     """for kind='sensor': MJCF sensor names, concatenated in this order"""
     start: int = 0
@@ -46,6 +49,10 @@ class ObsTerm:
     model field, e.g. 'geom_friction' (see sim.RANDOMIZABLE_FIELDS); flattened per env"""
     clip: tuple[float, float] = ()
     """for kind='data'/'param': clamp raw values to [lo, hi] before offset and scale"""
+    grid: tuple[float, float, float] = ()
+    """for kind='height_scan': (length x, length y, spacing) of the scan grid (m), centred
+    on the base in its yaw-aligned frame (trot/heightfield.py); (0, 0, 1) is the one point
+    under the base. `start` is the base's free-joint qpos address"""
     mirror: tuple[float, ...] = ()
     """signs of the term's values under the left-right mirror, order kept (symmetry
     augmentation); empty: its kind's rule (trot/observation_kinds.py), which data/param
@@ -57,10 +64,16 @@ class ObsTerm:
                              f"accepted: {', '.join(SOURCE_KINDS)}")
         if self.kind == "sensor" and not self.sensors:
             raise ValueError(f"observation term {self.name!r}: kind='sensor' needs sensor names")
-        named = KINDS[self.kind].named_field
-        if named != bool(self.field) or (self.clip and not named):
-            raise ValueError(f"observation term {self.name!r}: `field` (and `clip`) go with "
-                             "kind='data' or 'param' only, and those need a field")
+        kind = KINDS[self.kind]
+        if kind.named_field != bool(self.field):
+            raise ValueError(f"observation term {self.name!r}: `field` goes with kind='data' "
+                             "or 'param' only, and those need a field")
+        if self.clip and not kind.clippable:
+            raise ValueError(f"observation term {self.name!r}: `clip` goes with kinds "
+                             f"{', '.join(k for k, v in KINDS.items() if v.clippable)} only")
+        if (self.kind == "height_scan") != bool(self.grid):
+            raise ValueError(f"observation term {self.name!r}: kind='height_scan' needs a "
+                             "grid (lx, ly, spacing), and only it takes one")
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,13 @@ def test_committed_walker_is_what_the_exporter_writes_today(policy):
     changed = _model_fields_that_differ(fresh_model, policy.model)
     assert not changed, f"go1-flat's model changed ({changed}); {REMAKE}"
     fresh = build_contract(env, env.task.config, c["training_env_steps"], OPSET,
-                           c["model_xml_sha256"])
+                           c["model_xml_sha256"], {})
     fresh = json.loads(json.dumps(fresh))  # tuples as json lists
+    # contract 3 only added model_files (the go1 reads none): the walker's v2 stays current
+    assert (fresh["contract_version"], fresh["model_files"]) == (3, {})
+    new = ("trot_version", "contract_version", "model_files")
     changed = sorted(k for k in fresh.keys() | c.keys()
-                     if k != "trot_version" and fresh.get(k) != c.get(k))
+                     if k not in new and fresh.get(k) != c.get(k))
     assert not changed, f"the exporter now writes other {changed}; {REMAKE}"
     check_model(fresh, policy.model)
     assert any(abs(x) > 0.5 for x in c["action_offset"])  # the home pose, not zeros
@@ -122,7 +125,9 @@ RUNNER_REFUSES = {  # refused at OnnxPolicy load, by the model.xml check; key: t
         lambda c: c.update(command_dim=4),
     "observation[5] ('command') has size 3 but its source gives 2":
         lambda c: c["observation"][5].update(source={"kind": "qpos", "start": 7, "stop": 9}),
-    "observation[5] ('command') reads 'height_scan'":
+    "observation[5] ('command') has size 3 but its source gives 9":
+        lambda c: c["observation"][5]["source"].update(kind="height_scan", grid=[1, 1, 0.5]),
+    "observation[5] ('command'): scan grid (lx, ly, spacing) needs":
         lambda c: c["observation"][5]["source"].update(kind="height_scan"),
     "action_scale": lambda c: c["action_scale"].pop(),
     "physics_dt": lambda c: c.update(physics_dt=0.002),

@@ -109,7 +109,7 @@ def test_contract_home_is_the_robot_s_own_keyframe(monkeypatch):
     register("standing-flat", task, config_for(robot), "a robot whose home is 'standing'")
     env = make_env("standing-flat", 1)
     model = mujoco.MjModel.from_xml_string(env.task.build().to_xml())
-    c = contract.build_contract(env, env.task.config, 0, OPSET, "0" * 64)
+    c = contract.build_contract(env, env.task.config, 0, OPSET, "0" * 64, {})
     standing = model.key_qpos[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "standing")]
     want = [standing[model.jnt_qposadr[model.actuator_trnid[i, 0]]] for i in range(model.nu)]
     assert c["home_keyframe"] == "standing"

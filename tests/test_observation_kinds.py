@@ -14,17 +14,43 @@ from trot.export.runner import ContractError, ObservationBuilder
 from trot.observation_kinds import KINDS
 from trot.tasks.cartpole import BALANCE, Cartpole
 from trot.tasks.env import Env
+from trot.tasks import terrain
 from trot.tasks.observation import ObsTerm
 from trot.sim import make_sim
 
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION  # the cpu backend's state rows
 
 
+PROBE = (20.3, 0.4, 0.8)  # a free body over a terrain beside the cartpole, for the scan
+
+
 class EveryKind(Cartpole):
     """Cartpole observing one term of every kind, slices that do not start at 0, offsets
-    and scales that are not 1, and a two-number command."""
+    and scales that are not 1, and a two-number command; a free, spinning probe body over
+    a generated terrain carries the height scan."""
 
     command_dim = 2
+
+    def build(self):
+        spec = super().build()
+        cfg = terrain.TerrainConfig(tile_size=2.0, rows=2, cols=7, border=0.5, platform=0.5)
+        terrain.add_terrain(spec, terrain.generate(cfg, center=(20.0, 0.0)), "terrain")
+        probe = spec.worldbody.add_body(name="probe", pos=list(PROBE))
+        probe.add_freejoint()
+        probe.add_geom(size=[0.05, 0, 0], contype=0, conaffinity=0)
+        return spec
+
+    def terminated(self, sim):
+        return torch.zeros(sim.num_envs, dtype=torch.bool)
+
+    def initial_state(self, sim, gen):
+        qpos, qvel = super().initial_state(sim, gen)
+        n = sim.num_envs
+        yaw = torch.rand(n, generator=gen) * 6.0
+        pose = torch.cat([torch.tensor(PROBE).expand(n, 3), torch.cos(yaw / 2)[:, None],
+                          torch.zeros(n, 2), torch.sin(yaw / 2)[:, None]], 1)
+        spin = torch.tensor([0.5, -0.3, 0.0, 0.2, 0.1, 2.0]).expand(n, 6)
+        return torch.cat([qpos, pose], 1), torch.cat([qvel, spin], 1)
 
     def bind(self, sim):
         super().bind(sim)
@@ -35,7 +61,9 @@ class EveryKind(Cartpole):
                 ObsTerm("angle", "qpos", start=1, stop=2, offset=(0.25,), scale=2.0),
                 ObsTerm("vel", "qvel", start=0, stop=2, scale=0.1),
                 ObsTerm("cmd", "command", offset=(0.1, 0.2)),
-                ObsTerm("last", "last_action", scale=3.0))
+                ObsTerm("last", "last_action", scale=3.0),
+                ObsTerm("scan", "height_scan", start=2, grid=(0.6, 0.4, 0.2), scale=2.0,
+                        clip=(-1.0, 0.9)))
 
     def critic_terms(self):
         return self.policy_terms() + (

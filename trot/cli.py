@@ -56,6 +56,8 @@ class EvalArgs:
     sim: str | None = None
     """physics backend: cpu or mjx (default: the run's own; cpu evaluates an mjx run
     without JAX)"""
+    course: bool = False
+    """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
 
 
 def _fail(msg: str) -> int:
@@ -199,7 +201,7 @@ def cmd_eval(args: list[str]) -> int:
         return _fail("usage: trot eval RUN_DIR [--episodes K] [--json]")
     a = tyro.cli(EvalArgs, args=args[1:], prog="trot eval RUN_DIR")
     try:
-        out = evaluate(Path(args[0]), a.episodes, a.seed, sim=a.sim)
+        out = evaluate(Path(args[0]), a.episodes, a.seed, sim=a.sim, course=a.course)
     except (ValueError, CheckpointError) as e:
         return _fail(str(e))
     _print_result(out, a.json)
@@ -222,6 +224,8 @@ class Sim2SimArgs:
     """seed for start states and commands"""
     trajectory: str | None = None
     """write qpos, qvel and actions per step to this .npz"""
+    course: bool = False
+    """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
 
 
 def cmd_export(args: list[str]) -> int:
@@ -244,7 +248,11 @@ def cmd_sim2sim(args: list[str]) -> int:
         return _fail("usage: trot sim2sim RUN_DIR [--episodes K] [--json]")
     a = tyro.cli(Sim2SimArgs, args=args[1:], prog="trot sim2sim RUN_DIR")
     traj = None if a.trajectory is None else Path(a.trajectory)
-    _print_result(run_sim2sim(Path(args[0]), a.episodes, a.seed, traj), a.json)
+    try:
+        out = run_sim2sim(Path(args[0]), a.episodes, a.seed, traj, a.course)
+    except ValueError as e:
+        return _fail(str(e))
+    _print_result(out, a.json)
     return 0
 
 

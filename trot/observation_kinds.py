@@ -49,6 +49,8 @@ class Kind:
     state's values are signs * values[perm]. None: the term must declare ObsTerm.mirror"""
     named_field: bool = False
     """the term names an MjData field or a per-env model parameter (ObsTerm.field)"""
+    clippable: bool = False
+    """the term may clamp its raw values (ObsTerm.clip)"""
 
 
 Perm = tuple[list[int], list[float]]
@@ -236,7 +238,60 @@ def _named(name: str) -> Kind:
 
     return Kind(name, size=lambda t, s: t.stop - t.start, pool=lambda t: f"{name}:{t.field}",
                 source=source, columns=_sliced, to_json=to_json, robot=None, mirror=None,
-                named_field=True)
+                named_field=True, clippable=True)
+
+
+def _scan_points(grid) -> np.ndarray:
+    from trot import heightfield as hf
+
+    return hf.scan_offsets(grid)
+
+
+def _scan_source(env, t):
+    """The scan from the sim's base pose and the model's heightfields, in torch on the
+    sim's device. A term with training noise (a perceived scan) also gets the task's
+    per-episode `scan_bias` [N] while noise is on, where the task keeps one."""
+    import torch
+
+    from trot import heightfield as hf
+
+    qpos = env.sim.qpos
+    maps, plane = hf.height_maps(env.sim.model, qpos.new_tensor)
+    offsets = qpos.new_tensor(hf.scan_offsets(t.grid))
+    s = t.start
+
+    def read():
+        q = env.sim.qpos
+        x = hf.scan(torch, maps, plane, q[:, s:s + 3], q[:, s + 3:s + 7], offsets)
+        bias = getattr(env.task, "scan_bias", None)  # [N] or None
+        return x + bias[:, None] if biased and env.noise and bias is not None else x
+    biased = t.noise > 0  # a noisy (perceived) scan also gets the per-episode bias
+    return len(offsets), read
+
+
+def _robot_scan(builder, src: dict, data) -> np.ndarray:
+    """sim2sim: the scan from the exported terrain; on a robot, its own perception's."""
+    from trot import heightfield as hf
+
+    maps, plane = builder.height_maps()
+    s = src["start"]
+    q = np.asarray(data.qpos)[None]
+    return hf.scan(np, maps, plane, q[:, s:s + 3], q[:, s + 3:s + 7],
+                   np.asarray(src["points"]))[0]
+
+
+def _scan_json(t) -> dict:
+    from trot import heightfield as hf
+
+    return {"grid": list(t.grid), "start": t.start, "frame": "yaw-aligned base",
+            "points": hf.scan_offsets(t.grid).tolist(), "order": "x-major",
+            "value": "base z - surface z (m)"} | ({"clip": list(t.clip)} if t.clip else {})
+
+
+def _mirror_scan(t, size: int, ctx: MirrorContext) -> Perm:
+    from trot import heightfield as hf
+
+    return hf.mirror_permutation(t.grid), [1.0] * size
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -252,4 +307,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
             "last_action"),
     _named("data"),
     _named("param"),
+    # base height above the terrain at a grid of points around the base (trot/heightfield.py)
+    Kind("height_scan", size=lambda t, s: len(_scan_points(t.grid)),
+         pool=lambda t: f"height_scan:{t.start}:{t.grid}:{t.noise > 0}", source=_scan_source,
+         columns=_whole, to_json=_scan_json, robot=_robot_scan, mirror=_mirror_scan,
+         clippable=True),
 )}

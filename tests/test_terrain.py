@@ -1,0 +1,218 @@
+"""Rough terrain: the generator (tasks/terrain.py), the height lookup against MuJoCo's own
+ray cast (trot/heightfield.py), the height scan of go1-rough, spawning and the curriculum
+rule (tasks/rough.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from trot import heightfield as hf
+from trot.tasks import make_env
+from trot.tasks import terrain as tr
+from trot.tasks.registry import get_task
+
+SMALL = tr.TerrainConfig(tile_size=3.0, rows=3, cols=7, border=1.0, platform=1.0,
+                         proportions=(1, 1, 1, 1, 1, 1, 1))  # every type, one column each
+
+
+def _model(t: tr.Terrain) -> mujoco.MjModel:
+    spec = mujoco.MjSpec()
+    tr.add_terrain(spec, t, "terrain")
+    return spec.compile()
+
+
+def _ray_heights(model: mujoco.MjModel, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The surface under each point by mj_ray, straight down from above the terrain."""
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    top, gid = 10.0, np.zeros(1, np.int32)
+    down = np.array([0.0, 0.0, -1.0])
+    return np.array([top - mujoco.mj_ray(model, data, np.array([a, b, top]), down, None, 1,
+                                         -1, gid) for a, b in zip(x, y)])
+
+
+def test_same_seed_same_terrain_bit_for_bit():
+    a, b = tr.generate(SMALL), tr.generate(SMALL)
+    assert a.heights.tobytes() == b.heights.tobytes()
+    assert tr.hfield_file(a.heights)[0] == tr.hfield_file(b.heights)[0]
+    other = tr.generate(dataclasses.replace(SMALL, seed=1))
+    assert not np.array_equal(a.heights, other.heights)  # rough and obstacles redraw
+
+
+def test_sub_terrains_have_their_shapes():
+    """Column by column: stairs are flat treads of step_width with risers of the step
+    height; slopes have the configured gradient; the border and every platform are flat
+    at the tile's level; difficulty grows with the row."""
+    c = SMALL
+    t = tr.generate(c)
+    n, b = int(round(c.tile_size / c.resolution)), int(round(c.border / c.resolution))
+    assert c.column_types() == tuple(tr.SUBTERRAINS)
+    assert not t.heights[:b].any() and not t.heights[:, :b].any()  # the border
+    assert not t.heights[-b:].any() and not t.heights[:, -b:].any()
+
+    def tile(row: int, col: int) -> np.ndarray:
+        return t.heights[b + col * n:b + (col + 1) * n + 1, b + row * n:b + (row + 1) * n + 1]
+
+    centre = tile(2, 4)[n // 2 - 5:n // 2 + 6, n // 2 - 5:n // 2 + 6]
+    assert np.ptp(centre) == 0  # the platform
+    for col, sign in ((4, -1), (5, 1)):  # stairs up (a pit), stairs down (a pyramid)
+        line = tile(2, col)[n // 2, :n // 2]  # from the edge to the centre
+        levels = np.unique(np.round(line / c.step_height[1], 6))
+        assert np.allclose(levels, np.round(levels)) and sign * line[-1] > 0
+        treads = np.diff(np.flatnonzero(np.diff(line)))  # points between risers
+        assert np.all(treads == round(c.step_width / c.resolution))
+    for col, sign in ((2, -1), (3, 1)):
+        grad = np.diff(tile(2, col)[n // 2, :n // 4]) / c.resolution
+        assert np.allclose(grad, sign * c.slope[1], atol=1e-5)
+    assert np.ptp(tile(0, 1)) < np.ptp(tile(2, 1))  # rough: harder rows are rougher
+
+
+def test_lookup_is_the_surface_mujoco_collides_with():
+    """At 3000 random points over every sub-terrain, the lookup equals mj_ray down onto
+    the heightfield (numpy float64 and torch float32). A bilinear patch, the other
+    diagonal or a flipped row order would miss by centimetres: checked below too."""
+    t = tr.generate(SMALL)
+    model = _model(t)
+    rng = np.random.default_rng(0)
+    sx, sy = t.size
+    x = t.origin[0] + rng.uniform(0, sx, 3000)
+    y = t.origin[1] + rng.uniform(0, sy, 3000)
+    ray = _ray_heights(model, x, y)
+    maps, plane = hf.height_maps(model)
+    assert np.abs(hf.surface_height(np, maps, plane, x, y) - ray).max() < 1e-9
+    tmaps = hf.height_maps(model, lambda a: torch.tensor(a, dtype=torch.float32))[0]
+    f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    got = hf.surface_height(torch, tmaps, plane, f32(x), f32(y)).double().numpy()
+    assert np.abs(got - ray).max() < 1e-4
+
+    m = maps[0]
+    gx, gy = (x - m.x0) / m.dx, (y - m.y0) / m.dy
+    j, i = np.minimum(gx.astype(int), m.heights.shape[1] - 2), \
+        np.minimum(gy.astype(int), m.heights.shape[0] - 2)
+    fx, fy, h = gx - j, gy - i, m.heights
+    bilinear = (h[i, j] * (1 - fx) * (1 - fy) + h[i, j + 1] * fx * (1 - fy)
+                + h[i + 1, j] * (1 - fx) * fy + h[i + 1, j + 1] * fx * fy)
+    assert np.abs(bilinear - ray).max() > 1e-3
+    flipped = dataclasses.replace(m, heights=m.heights[::-1])
+    assert np.abs(hf.surface_height(np, (flipped,), plane, x, y) - ray).max() > 1e-2
+
+
+def test_model_heights_are_the_generated_heights():
+    """The normalized file and the geom's z give back the generator's heights."""
+    t = tr.generate(SMALL)
+    maps, _ = hf.height_maps(_model(t))
+    assert np.abs(maps[0].heights - t.heights).max() < 1e-6
+    assert (maps[0].x0, maps[0].y0) == pytest.approx(t.origin)
+
+
+def test_scan_of_a_mirrored_world_is_the_mirrored_scan():
+    """The scan mirror (heightfield.mirror_permutation): the world reflected y -> -y
+    (terrain flipped, base at (x, -y) with yaw -> -yaw) scans the mirrored points. The
+    terrain is f(x) + g(y), whose cells are planes: MuJoCo's triangle split is not itself
+    mirror-symmetric, and on such cells it does not matter."""
+    rng = np.random.default_rng(1)
+    f, g = np.cumsum(rng.normal(0, 0.02, 200)), np.cumsum(rng.normal(0, 0.02, 201))
+    m = hf.HeightMap(f[None, :] + g[:, None], -5.0, -5.0, 0.05, 0.05)  # [201, 200]
+    maps = (m,)
+    flipped = hf.HeightMap(m.heights[::-1], m.x0, -5.0, m.dx, m.dy)  # y in [-5, 5]
+    grid = (1.6, 1.0, 0.1)
+    offsets = hf.scan_offsets(grid)
+    pos = np.c_[rng.uniform(-4, 4, (8, 2)), rng.uniform(0.2, 0.5, 8)]
+    yaw = rng.uniform(-np.pi, np.pi, 8)
+    quat = np.c_[np.cos(yaw / 2), 0 * yaw, 0 * yaw, np.sin(yaw / 2)]
+    scan = hf.scan(np, maps, None, pos, quat, offsets)
+    mpos, mquat = pos * [1, -1, 1], quat * [1, -1, 1, -1]
+    mirrored = hf.scan(np, (flipped,), None, mpos, mquat, offsets)
+    perm = hf.mirror_permutation(grid)
+    assert np.abs(mirrored - scan[:, perm]).max() < 1e-9
+    assert np.abs(mirrored - scan).max() > 1e-2  # the permutation matters
+
+
+def _rough_env(n: int = 16, **changes):
+    cfg = dataclasses.replace(get_task("go1-rough").config, tile_size=3.0, terrain_rows=3,
+                              terrain_cols=7, terrain_border=1.5, randomize=False,
+                              push=False, obs_noise=False, **changes)
+    return make_env("go1-rough", num_envs=n, seed=3, config=cfg)
+
+
+def test_height_scan_matches_mj_ray_from_the_robot():
+    """go1-rough's critic scan, through the env's observation code, against mj_ray at
+    points placed with MuJoCo's own body frame (heading from the base's xmat)."""
+    env = _rough_env()
+    env.reset()
+    for _ in range(10):
+        env.step(torch.rand(env.num_envs, env.action_dim) * 2 - 1)
+    slot = next(s for s in env.critic_layout.slots if s.term.name == "height_scan")
+    obs = env.observe().critic[:, slot.start:slot.start + slot.size]
+    raw = obs / slot.term.scale + torch.tensor(slot.term.offset)
+    model, data = env.sim.model, mujoco.MjData(env.sim.model)
+    offsets = hf.scan_offsets(env.task.config.scan_grid)
+    for i in range(env.num_envs):
+        data.qpos[:] = env.sim.qpos[i].double().numpy()
+        mujoco.mj_kinematics(model, data)
+        trunk = data.body("trunk")
+        yaw = np.arctan2(trunk.xmat[3], trunk.xmat[0])
+        c, s = np.cos(yaw), np.sin(yaw)
+        px = trunk.xpos[0] + c * offsets[:, 0] - s * offsets[:, 1]
+        py = trunk.xpos[1] + s * offsets[:, 0] + c * offsets[:, 1]
+        want = np.clip(trunk.xpos[2] - _ray_heights(model, px, py), *slot.term.clip)
+        assert np.abs(raw[i].double().numpy() - want).max() < 1e-4, i
+
+
+def test_spawns_start_above_the_steepest_tiles_without_penetration():
+    env = _rough_env(n=14)
+    top = env.task.active.config.rows - 1
+    env.task._level.fill_(top)
+    env.reset()
+    model, data = env.sim.model, mujoco.MjData(env.sim.model)
+    centres = env.task._centers[top, env.task._col, :2]
+    assert (env.sim.qpos[:, :2] - centres).abs().max() <= env.task.config.spawn_spread + 1e-6
+    for i in range(env.num_envs):
+        data.qpos[:] = env.sim.qpos[i].double().numpy()
+        mujoco.mj_forward(model, data)
+        depth = [data.contact[k].dist for k in range(data.ncon)]
+        assert min(depth, default=0.0) > -1e-4, (i, min(depth))
+
+
+def test_curriculum_moves_rows_by_legged_gyms_rule():
+    """Walked > half a tile: up; < half the commanded distance: down (not below 0);
+    past the top row: a random row; masked-out envs stay."""
+    env = _rough_env(n=6)
+    env.reset()
+    task, rows = env.task, env.task.active.config.rows
+    task._level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1]))
+    task._origin.zero_()
+    walked = torch.tensor([2.0, 0.4, 0.4, 2.0, 1.0, 2.0])  # half a tile: 1.5 m
+    task._cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0]))
+    q = env.sim.qpos.clone()
+    q[:, 0], q[:, 1] = walked, 0.0
+    everyone = torch.ones(6, dtype=torch.bool)
+    env.sim.reset(everyone, q, env.sim.qvel.clone())
+    mask = torch.tensor([True, True, True, True, True, False])
+    task.episode_end(env.sim, mask)
+    assert task._level[[0, 1, 2, 4, 5]].tolist() == [2, 0, 0, 1, 1]
+    levels = {int(task._level[3])}
+    for _ in range(20):
+        task._level[3] = rows - 1
+        task.episode_end(env.sim, mask)
+        levels.add(int(task._level[3]))
+    assert levels <= set(range(rows)) and len(levels) > 1  # spread over the rows
+
+
+def test_terrain_level_is_logged_and_checkpointed():
+    env = _rough_env(n=8)
+    env.reset()
+    for _ in range(5):
+        env.step(torch.zeros(env.num_envs, env.action_dim))
+    level = env.task.iteration_metrics()["terrain_level"]
+    assert float(level) == pytest.approx(env.task._level.float().mean().item())
+    state = env.state_dict()
+    twin = _rough_env(n=8)
+    twin.load_state_dict(state)
+    for name in ("_level", "_col", "_origin", "_cmd_dist"):
+        assert torch.equal(getattr(twin.task, name), getattr(env.task, name))

@@ -7,6 +7,9 @@ raw:  `mujoco.rollout` with all threads, `--chunk` x substeps steps per call, fr
 sim:  trot's `BatchedSim.step` alone, one call per control step
 env:  trot's env loop with random actions: observation, reward, termination, resets
 All three count physics steps (control steps x substeps); ratios are against raw.
+`--compare OTHER` adds a fourth, OTHER's env loop at the same N, in the same rounds, and
+prints the cost of TASK's env loop per env step against OTHER's (e.g. go1-rough against
+go1-flat: the terrain's collisions, height scan and curriculum).
 
 Method (default `--method interleaved`): the three run in turn, `--chunk` control steps
 each, round after round for `--seconds`; each throughput comes from its median chunk time.
@@ -50,6 +53,11 @@ def interleaved(a: argparse.Namespace, env: Env) -> tuple[dict[str, float], np.n
     actions = random_actions(env, seed=0)
     timers = {"raw": raw.seconds, "sim": lambda: sim_seconds(sim_env, k),
               "env": lambda: env_seconds(env, actions, k)}
+    if a.compare:
+        other = trot.make_env(a.compare, num_envs=n, seed=1)
+        other.reset()
+        other_actions = random_actions(other, seed=0)
+        timers["other"] = lambda: env_seconds(other, other_actions, k)
     cols = full_physics_columns(env.sim.model)
     for timer in timers.values():  # warm-up
         timer()
@@ -64,6 +72,11 @@ def interleaved(a: argparse.Namespace, env: Env) -> tuple[dict[str, float], np.n
     raw.close()
     steps = n * k * s
     rates = {key: steps / float(np.median(t)) for key, t in times.items()}
+    if a.compare:  # env steps, not physics steps: the two may differ in substeps
+        rates["other"] = n * k / float(np.median(times["other"]))
+        rates["env_steps"] = n * k / float(np.median(times["env"]))
+        cost = np.array(times["env"]) / np.array(times["other"])
+        rates["cost"], rates["cost_q"] = float(np.median(cost)), np.percentile(cost, [25, 75])
     return rates, np.array(times["raw"]) / np.array(times["env"])
 
 
@@ -88,6 +101,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=60.0, help="interleaved: time to run")
     p.add_argument("--steps", type=int, default=300, help="best-of: control steps a run")
     p.add_argument("--repeats", type=int, default=3, help="best-of: runs of each")
+    p.add_argument("--compare", default=None,
+                   help="interleaved: another task's env loop, in the same rounds")
     a = p.parse_args()
     torch.set_num_threads(1)  # physics gets the cores; the torch work here is small
     env = trot.make_env(a.task, num_envs=a.num_envs, seed=1)  # the env loop measured
@@ -108,6 +123,11 @@ def main() -> None:
     for name, key in (("raw mujoco.rollout", "raw"), ("trot BatchedSim.step", "sim"),
                       ("trot env loop (random)", "env")):
         print(f"{name:<28}{rates[key]:>18,.0f}{rates[key] / rates['raw']:>9.2f}")
+    if a.compare and a.method == "interleaved":
+        q = rates["cost_q"]
+        print(f"env steps/s: {a.task} {rates['env_steps']:,.0f}, {a.compare} "
+              f"{rates['other']:,.0f}; cost per env step {a.task} / {a.compare}: median "
+              f"{rates['cost']:.2f} over the rounds, quartiles {q[0]:.2f}-{q[1]:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ The model holds two heightfields: the training terrain (geom `terrain`, centred 
 origin) and the fixed evaluation course (geom `course`, beside it along +x; 15 degree
 slopes and 10 cm stairs, up and down). Both go into the export with their hashes.
 
-- Spawning: each env starts at its tile's centre (the flat platform) plus U(-spread,
-  spread) in x and y, its home pose raised by the highest surface point under its
-  footprint plus `spawn_clearance`, so that nothing starts inside the terrain.
+- Spawning: each env starts at its tile's centre plus U(-spread, spread) in x and y, its
+  home pose raised by the centre's height plus `spawn_clearance`: every sub-terrain keeps
+  a flat platform there, wide enough for the spread and the robot's footprint (checked),
+  so that nothing starts inside the terrain.
 - Curriculum (legged_gym's rule), when an episode ends: an env that walked farther than
   half a tile from where it started moves up a row; one that walked less than half the
   distance its commands asked for (the integral of the commanded planar speed) moves
@@ -42,7 +43,7 @@ from trot.tasks.legged import LeggedConfig, LeggedVelocity
 from trot.tasks.observation import ObsTerm
 
 FOOTPRINT = 0.45
-"""m: half-side of the square under a spawning robot whose highest point lifts it"""
+"""m: half-side of the square a standing robot covers; spawns keep it on the platform"""
 
 
 @dataclass(frozen=True)
@@ -158,9 +159,10 @@ class LeggedRough(LeggedVelocity):
         rows, cols = t.config.rows, t.config.cols
         lo = np.asarray(t.origin) + 0.05
         self._bounds = torch.tensor([*lo, *(lo + np.asarray(t.size) - 0.1)], device=dev)
-        g = np.linspace(-FOOTPRINT, FOOTPRINT, 5)
-        self._footprint = torch.tensor(np.stack(np.meshgrid(g, g), -1).reshape(-1, 2),
-                                       dtype=torch.float32, device=dev)  # [F, 2]
+        if c.spawn_spread + FOOTPRINT > t.config.platform / 2:
+            raise ValueError(f"env.spawn_spread {c.spawn_spread} + the robot's footprint "
+                             f"{FOOTPRINT} m must stay on the tiles' flat platform: at most "
+                             f"{t.config.platform / 2} m from the centre")
         self._col = torch.arange(n, device=dev) % cols  # [N]
         gen = torch.Generator(device=dev).manual_seed(c.terrain_seed)  # not the env's stream
         top = min(c.init_level, rows - 1) if c.terrain != "course" else 0
@@ -208,11 +210,11 @@ class LeggedRough(LeggedVelocity):
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         qpos, qvel = super().initial_state(sim, gen)
         n, dev = sim.num_envs, sim.device
-        xy = self._centers[self._level, self._col, :2] + self.config.spawn_spread * (
+        centre = self._centers[self._level, self._col]  # [N, 3]
+        qpos[:, :2] = centre[:, :2] + self.config.spawn_spread * (
             2 * torch.rand(n, 2, generator=gen, device=dev) - 1)
-        ground = self.surface(xy[:, None, :] + self._footprint).amax(-1)  # [N]
-        qpos[:, :2] = xy
-        qpos[:, 2] += ground + self.config.spawn_clearance
+        # the footprint stays on the centre's flat platform (checked in bind)
+        qpos[:, 2] += centre[:, 2] + self.config.spawn_clearance
         return qpos, qvel
 
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:

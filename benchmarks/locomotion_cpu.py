@@ -16,6 +16,20 @@ The CSV is rewritten after every evaluation, so a long run leaves its rows as it
 At the end it prints the first time both acceptance thresholds held
 (`--max-error`, default 0.20 m/s, and `--max-falls`, default 2%) and leaves the run in `--run-dir`
 (checkpoint, config, metrics.csv, policy.onnx) for `trot eval` / `trot sim2sim`.
+
+Rough-terrain tasks (a config with `terrain`, e.g. go1-rough) add columns: the training
+envs' mean terrain level (0 = the easiest row) and, on the task's fixed course
+(`--env.terrain course`: one column each of 15 degree slopes and 10 cm stairs, up and
+down), the share of episodes that crossed each tile without a fall, the tracking error
+and the fall rate, over the same `--episodes`.
+
+    python benchmarks/locomotion_cpu.py --task go1-rough --budget-min 40 --episodes 128 \
+        --out docs/data/go1_rough_curve.csv
+
+A long run may be split: `--resume` continues the run in `--run-dir` from its checkpoint
+(training is bitwise the same as one run) and appends to the rows in `--out`, summing the
+training wall-clock; `--budget-min` is then the total. Every evaluation plays fresh envs
+of the same seed, so evaluations see the same starts and commands.
 """
 
 from __future__ import annotations
@@ -29,27 +43,45 @@ from pathlib import Path
 from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build
+from trot.agents.trainer import build, resume_run
 from trot.agents.config import parse_override, tuned
 from trot.config import TrainConfig, save_json
+from trot.runs import course_changes
 from trot.tasks.registry import get_task, make_env
 
 COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_error",
            "fall_rate", "episode_s", "energy_per_meter")
 
 
-def evaluate_now(eval_env, actor, episodes: int, control_dt: float) -> dict[str, float]:
-    r = run_episodes(eval_env, actor, episodes)
+def evaluate_now(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
+    env = make_env(task, episodes, seed=seed, config=dataclasses.replace(config,
+                                                                         obs_noise=False))
+    r = run_episodes(env, actor, episodes)
     return {"lin_vel_error": r["lin_vel_error"], "yaw_rate_error": r["yaw_rate_error"],
-            "fall_rate": r["terminated_rate"], "episode_s": r["mean_length"] * control_dt,
-            "energy_per_meter": r["power"] / max(r["speed"], 1e-6)}
+            "fall_rate": r["terminated_rate"], "episode_s": r["mean_length"] * env.control_dt,
+            "energy_per_meter": r["power"] / max(r["speed"], 1e-6)} | {
+            k.replace("crossed/", "crossed_"): v for k, v in r.items()
+            if k.startswith("crossed/")}
+
+
+def evaluate_course(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
+    """A terrain task on its fixed course: crossed_TYPE, course error and falls."""
+    r = evaluate_now(task, dataclasses.replace(config, **course_changes(task, config)), actor,
+                     episodes, seed)
+    return {f"course_{k}" if not k.startswith("crossed_") else k: v for k, v in r.items()
+            if k in ("lin_vel_error", "fall_rate") or k.startswith("crossed_")}
 
 
 def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+
+
+def _read_csv(path: Path) -> list[dict[str, float]]:
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def main() -> None:
@@ -65,6 +97,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir and the rows of --out")
     p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="PPOConfig overrides over the task's registered ones, e.g. "
                         "symmetry=augment epochs=4 (for screening a change)")
@@ -74,20 +108,27 @@ def main() -> None:
     if entry.task_cls.command_dim == 0:
         p.error(f"{a.task} has no velocity command; pick a legged task")
     run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
-    agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
-    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
-                      env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
-    trainer = build(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_json(run_dir / "config.json", cfg)
-    eval_env = make_env(a.task, a.episodes, seed=10_000 + a.seed,
-                        config=dataclasses.replace(entry.config, obs_noise=False))
-    dt = eval_env.control_dt
+    terrain = "terrain" in {f.name for f in dataclasses.fields(entry.config)}
+    if a.resume:
+        trainer = resume_run(run_dir)
+        rows = _read_csv(Path(a.out))
+        train_s = trainer.wall_s
+    else:
+        agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
+        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
+                          env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
+        trainer = build(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_json(run_dir / "config.json", cfg)
+        rows, train_s = [], 0.0
+    config = trainer.cfg.env
     # metrics.csv with per-term reward sums; curve.png redrawn rarely (it costs train time)
-    logger = RunLogger(run_dir, tensorboard=False, curve_every_s=600.0)
-    prev = (0.0, 0)
-    rows: list[dict[str, float]] = []
-    train_s, hit, last_return = 0.0, None, float("nan")
+    logger = RunLogger(run_dir, tensorboard=False, curve_every_s=600.0,
+                       iteration=trainer.iteration, env_steps=trainer.env_steps)
+    prev = (train_s, trainer.env_steps)
+    hit = next((r["train_s"] for r in rows if r["lin_vel_error"] <= a.max_error
+                and r["fall_rate"] <= a.max_falls), None)
+    last_return = float("nan")
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
     while train_s < 60 * a.budget_min:
         t0 = time.perf_counter()
@@ -100,11 +141,19 @@ def main() -> None:
             prev = (now, trainer.env_steps)
             last_return = m.get("episode_return", last_return)
         train_s += time.perf_counter() - t0
+        seed = 10_000 + trainer.cfg.seed
         row = {"train_s": train_s, "env_steps": trainer.env_steps,
-               "train_return": last_return} | evaluate_now(eval_env, trainer.ac.actor,
-                                                            a.episodes, dt)
+               "train_return": last_return} | evaluate_now(a.task, config, trainer.ac.actor,
+                                                            a.episodes, seed)
+        if terrain:
+            row |= {"terrain_level": float(trainer.env.task.iteration_metrics()[
+                "terrain_level"])} | evaluate_course(a.task, config, trainer.ac.actor,
+                                                      a.episodes, seed)
         rows.append(row)
         print(" ".join(f"{row[c]:>16.4g}" for c in COLUMNS), flush=True)
+        if terrain:
+            print("   " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
+                                    if k not in COLUMNS), flush=True)
         if hit is None and row["lin_vel_error"] <= a.max_error and \
                 row["fall_rate"] <= a.max_falls:
             hit = train_s
@@ -119,7 +168,8 @@ def main() -> None:
     except ImportError:
         pass
     rate = trainer.env_steps / max(train_s, 1e-9)
-    print(f"\ntask={a.task} N={a.num_envs} seed={a.seed} agent overrides={a.agent or None} "
+    print(f"\ntask={a.task} N={trainer.env.num_envs} seed={trainer.cfg.seed} "
+          f"agent overrides={a.agent or None} "
           f"threads={trainer.env.sim.nthread} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
     print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "

@@ -165,3 +165,34 @@ def test_default_budgets_table_is_the_registry_and_train_help_shows_it():
     out = subprocess.run([sys.executable, "-m", "trot", "train", "go1-flat", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert re.search(r"--max-env-steps INT[^╭]*30000000", out), out
+
+
+def test_terrain_md_shell_commands_run_as_printed(tmp_path):
+    """docs/terrain.md's commands from a fresh folder: go1-rough trains, evaluates on the
+    course and runs exported (model.xml with terrain.bin and course.bin beside it). Then
+    the export's terrain files are checked: a changed or missing one is refused by name."""
+    from trot.export.runner import ContractError, OnnxPolicy
+
+    lines = _shell_lines(REPO / "docs" / "terrain.md")
+    assert [ln.split()[1] for ln in lines] == ["train", "eval", "sim2sim"]
+    for line in lines:
+        argv, p = _run_as_printed(line, tmp_path)
+        if argv[1] == "eval":
+            assert "crossed/stairs_up" in p.stdout, p.stdout
+        if "--json" in argv:
+            out = json.loads(p.stdout.strip().splitlines()[-1])
+            assert {f"crossed/{t}" for t in ("slope_up", "slope_down", "stairs_up",
+                                              "stairs_down")} <= out.keys(), out
+    export = tmp_path / "runs" / "rough"
+    contract = json.loads((export / "policy.json").read_text())
+    assert sorted(contract["model_files"]) == ["course.bin", "terrain.bin"]
+    # the scan is the critic's by default: not in the policy's observation
+    assert all(t["source"]["kind"] != "height_scan" for t in contract["observation"])
+    blob = bytearray((export / "terrain.bin").read_bytes())
+    blob[-1] ^= 1
+    (export / "terrain.bin").write_bytes(bytes(blob))
+    with pytest.raises(ContractError, match="terrain.bin hash"):
+        OnnxPolicy(export)
+    (export / "course.bin").unlink()
+    with pytest.raises(ContractError, match="missing course.bin"):
+        OnnxPolicy(export)

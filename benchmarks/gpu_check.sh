@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The mjx backend on a CUDA machine: install, test, benchmark. One script, under 8 minutes.
+# The mjx backend on a CUDA machine: install, test, benchmark. One script, under 8 minutes
+# (then an optional go1-rough step, if the clock allows, ending by 9.5 minutes).
 #
 #   bash benchmarks/gpu_check.sh            # logs and bench.json/.txt under $OUT if set
 #
@@ -89,6 +90,17 @@ else
   timeout "$left" $PY benchmarks/gpu_bench.py --device cuda --sizes 1024,4096,8192 \
     --steps 200 --train-iters 10 --train-seconds "$train_s" --out "$LOGDIR" \
     || { echo "benchmark FAILED or timed out"; status=1; }
+fi
+
+step "optional: go1-rough on the GPU (heightfield contacts in MJX)"
+left=$(( 560 - ($(date +%s) - T0) ))
+if [ "$left" -lt 90 ]; then
+  echo "only ${left} s left: skipping go1-rough"
+else
+  mkdir -p "$LOGDIR/rough"
+  timeout "$left" $PY benchmarks/gpu_bench.py --task go1-rough --device cuda --sizes 1024,4096 \
+    --steps 100 --train-iters 5 --train-envs 4096 --train-seconds 20 --out "$LOGDIR/rough" \
+    || echo "go1-rough step FAILED or timed out (optional: exit status unchanged)"
 fi
 
 step "done (exit $status)"

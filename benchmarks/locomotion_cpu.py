@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import time
 from pathlib import Path
 
@@ -60,8 +61,8 @@ def evaluate_now(task: str, config, actor, episodes: int, seed: int) -> dict[str
     return {"lin_vel_error": r["lin_vel_error"], "yaw_rate_error": r["yaw_rate_error"],
             "fall_rate": r["terminated_rate"], "episode_s": r["mean_length"] * env.control_dt,
             "energy_per_meter": r["power"] / max(r["speed"], 1e-6)} | {
-            k.replace("crossed/", "crossed_"): v for k, v in r.items()
-            if k.startswith("crossed/")}
+            k.replace("crossed/", "crossed_"): math.nan if v is None else v
+            for k, v in r.items() if k.startswith("crossed/")}
 
 
 def evaluate_course(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
@@ -81,7 +82,8 @@ def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
 
 def _read_csv(path: Path) -> list[dict[str, float]]:
     with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: float(v) if v else math.nan for k, v in row.items()}
+                for row in csv.DictReader(f)]
 
 
 def main() -> None:
@@ -104,16 +106,17 @@ def main() -> None:
                         "symmetry=augment epochs=4 (for screening a change)")
     a = p.parse_args()
 
+    run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
+    if a.resume:  # the run's own task, whatever --task says
+        trainer = resume_run(run_dir)
+        a.task = trainer.cfg.task
+        rows = _read_csv(Path(a.out))
+        train_s = trainer.wall_s
     entry = get_task(a.task)
     if entry.task_cls.command_dim == 0:
         p.error(f"{a.task} has no velocity command; pick a legged task")
-    run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
     terrain = "terrain" in {f.name for f in dataclasses.fields(entry.config)}
-    if a.resume:
-        trainer = resume_run(run_dir)
-        rows = _read_csv(Path(a.out))
-        train_s = trainer.wall_s
-    else:
+    if not a.resume:
         agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
         cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
                           env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
@@ -158,8 +161,10 @@ def main() -> None:
                 row["fall_rate"] <= a.max_falls:
             hit = train_s
         trainer.wall_s = train_s
-        trainer.save(run_dir)
+        # the rows first: a kill between the two leaves a row that --resume re-trains past
+        # (the checkpoint is the one before it), never a checkpoint without its row
         atomic_write(Path(a.out), lambda path: _write_csv(path, rows))
+        trainer.save(run_dir)
     logger.close()
     try:
         from trot.export.onnx import export_run

@@ -104,6 +104,8 @@ def main() -> None:
     p.add_argument("--compare", default=None,
                    help="interleaved: another task's env loop, in the same rounds")
     a = p.parse_args()
+    if a.compare and a.method != "interleaved":
+        p.error("--compare needs --method interleaved (both loops in the same rounds)")
     torch.set_num_threads(1)  # physics gets the cores; the torch work here is small
     env = trot.make_env(a.task, num_envs=a.num_envs, seed=1)  # the env loop measured
     substeps, nthread = env.sim.substeps, env.sim.nthread

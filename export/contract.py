@@ -27,8 +27,10 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
     model, task = env.sim.model, env.task
     scale, offset = task.action_affine(model)
     home = home_keyframe(model, task.home_keyframe)
-    return {
-        "contract_version": CONTRACT_VERSION,
+    files = {"model_files": {k: sha256(v) for k, v in sorted(model_files.items())}} \
+        if model_files else {}  # a model that reads no files stays a version-2 contract
+    return files | {
+        "contract_version": CONTRACT_VERSION if model_files else 2,
         "trot_version": __version__,
         "task": env.name,
         "task_source": get_task(env.name).source.to_json(),  # sim2sim finds user tasks
@@ -37,7 +39,6 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
         "opset": opset,
         "model_xml": "model.xml",
         "model_xml_sha256": model_xml_sha256,
-        "model_files": {k: sha256(v) for k, v in sorted(model_files.items())},
         "obs_dim": env.obs_dim,
         "action_dim": env.action_dim,
         "observation": env.policy_layout.to_json(),

@@ -72,6 +72,12 @@ def same_values(a, b) -> bool:
     return a == b
 
 
+def check_version(c: dict) -> None:
+    if c.get("contract_version") not in CONTRACT_VERSIONS:
+        raise ContractError(f"policy.json contract_version {c.get('contract_version')!r} is "
+                            f"not one this runner reads ({CONTRACT_VERSIONS}); update trot")
+
+
 def check_model(c: dict, model) -> None:
     """Refuse a contract that its model.xml contradicts, with a ContractError naming the
     field: the version, the timing, the action map (each actuator's name, joint, type,
@@ -81,9 +87,7 @@ def check_model(c: dict, model) -> None:
     exist, with those sizes)."""
     from trot.export.model_info import actuators
 
-    if c.get("contract_version") not in CONTRACT_VERSIONS:
-        raise ContractError(f"policy.json contract_version {c.get('contract_version')!r} is "
-                            f"not one this runner reads ({CONTRACT_VERSIONS}); update trot")
+    check_version(c)
     _check_timing(c, model)
     want = actuators(model)
     for field in ("actions", "action_scale", "action_offset", "default_joint_pos"):
@@ -163,7 +167,8 @@ def _check_layout(c: dict, model) -> None:
         kind = robot_kind(src["kind"], where)
         as_term = SimpleNamespace(name=term["name"], sensors=tuple(src.get("sensors", ())),
                                   start=src.get("start", 0), stop=src.get("stop", 0),
-                                  grid=tuple(src.get("grid", ())))
+                                  grid=tuple(src.get("grid", ())),
+                                  clip=tuple(src.get("clip", ())))
         try:
             size = kind.size(as_term, sizes)
         except (KeyError, ValueError) as e:  # a sensor model.xml lacks, a bad scan grid
@@ -211,7 +216,16 @@ class OnnxPolicy:
             raise ContractError(f"onnx graph maps {inp.shape[-1]} -> {out.shape[-1]} but the "
                                 f"json says obs_dim {self.obs_dim} -> action_dim "
                                 f"{self.action_dim}")
-        files = {xml_path.name: c["model_xml_sha256"]} | c.get("model_files", {})
+        check_version(c)
+        extra = c.get("model_files", {}) if c["contract_version"] >= 3 else {}
+        if c["contract_version"] >= 3 and "model_files" not in c:
+            raise ContractError("policy.json (contract 3) has no model_files: the files "
+                                "model.xml reads and their sha256")
+        bad = [n for n in extra if Path(n).name != n or n in (".", "..")]
+        if bad:
+            raise ContractError(f"policy.json model_files {bad}: plain file names beside "
+                                "model.xml only")
+        files = {xml_path.name: c["model_xml_sha256"]} | extra
         for name, want in files.items():  # model.xml and the files it reads (terrains)
             f = self.dir / name
             if not f.is_file():

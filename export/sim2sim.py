@@ -161,10 +161,7 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     returns, lengths, falls, traj = [], [], 0, []
     metrics: dict[str, list[float]] = {}  # task eval metrics, one mean per episode
     outcomes: dict[str, list[float]] = {}  # Task.episode_outcomes at each episode's end
-    one = torch.ones(1, dtype=torch.bool)
-    task.restart()  # as Env.reset: the first start ends no episode
-    for _ in range(episodes):
-        task.episode_end(sim, one)
+    for _ in range(episodes):  # no Task.episode_end: no curriculum between episodes
         qpos, qvel = task.initial_state(sim, gen)
         r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
         ret, steps, sums = 0.0, 0, {}
@@ -177,12 +174,12 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
             if trajectory is not None:
                 traj.append(np.concatenate([data.qpos, data.qvel, action]))
             fell = bool(task.terminated(sim)[0])
-            if fell or steps == max_steps:
+            ended = task.truncated(sim)
+            if fell or steps == max_steps or (ended is not None and bool(ended[0])):
                 for k, v in task.episode_outcomes(sim).items():
                     if not np.isnan(float(v[0])):
                         outcomes.setdefault(k, []).append(float(v[0]))
-            if fell:
-                falls += 1
+                falls += fell
                 break
         returns.append(ret)
         lengths.append(steps)

@@ -176,6 +176,11 @@ class Task(ABC, Generic[C]):
     def terminated(self, sim: BatchedSim) -> Tensor:
         """[N] bool: a failure that ends the episode with no bootstrap."""
 
+    def truncated(self, sim: BatchedSim) -> Tensor | None:
+        """[N] bool: episodes that end without failure besides the time limit (bootstrapped,
+        e.g. leaving a finite terrain), or None where none do (the default: no work)."""
+        return None
+
     def mirror(self) -> Mirror | None:
         """The task's left-right mirror (joint pairs, command signs) for symmetry
         augmentation, or None where it has none (tasks/mirror.py)."""

@@ -231,7 +231,9 @@ class Env:
         final = self.observe(noise)
         reward, terms = self.task.reward(self.sim, action)
         terminated = self.task.terminated(self.sim) | unstable
-        done = terminated | (self.episode_step >= self.max_episode_steps)
+        limit = self.episode_step >= self.max_episode_steps
+        ended = self.task.truncated(self.sim)  # a task's own truncations, if any
+        done = terminated | (limit if ended is None else limit | ended)
         truncated = done ^ terminated  # the time limit, where the task did not terminate
         n_unstable = self._no_unstable if stable else unstable.sum()
         reward = self._record(reward, terms, done, None if stable else unstable, n_unstable)

@@ -12,18 +12,19 @@ slopes and 10 cm stairs, up and down). Both go into the export with their hashes
   so that nothing starts inside the terrain.
 - Curriculum (legged_gym's rule), when an episode ends: an env that walked farther than
   half a tile from where it started moves up a row; one that walked less than half the
-  distance its commands asked for (the integral of the commanded planar speed) moves
-  down; one that passes the top row is sent to a random row. Levels start random in
-  [0, init_level]. The mean level is logged every iteration (`task/terrain_level`) and
+  distance its commands asked for (the integral of the commanded planar speed, the
+  current command held over the episode's remaining time) moves down; one that passes
+  the top row is sent to a random row. Distances are from the tile's centre. Levels start
+  random in [0, init_level], drawn from the env's generator at its first reset. The mean level is logged every iteration (`task/terrain_level`) and
   is part of the checkpoint.
 - Base height (the critic's) is the height above the terrain under the base, and the
   critic sees a height scan (the policy too with `scan_policy`): trot/heightfield.py.
-- Leaving the map (its border included) ends the episode as a termination: there is no
-  ground beyond it.
-- `terrain="course"`: every env starts on the course, column by column in turn, with a
-  fixed forward command `course_speed`; `trot eval --course` and `trot sim2sim --course`
-  report per sub-terrain the share of episodes that reached the tile's edge (crossed the
-  slope or stairs) before any fall.
+- Leaving the map (its border included) ends the episode as a truncation (bootstrapped,
+  not a fall): there is no ground beyond it.
+- `terrain="course"`: each episode starts on a random tile of the course, with a fixed
+  forward command `course_speed`; `trot eval --course` and `trot sim2sim --course` report
+  per sub-terrain the share of episodes that reached the tile's edge (crossed the slope or
+  stairs) before any fall.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class RoughConfig(LeggedConfig):
     """move envs between rows by how far they walked (else levels stay where they start)"""
     init_level: int = 3
     """levels start uniform in [0, init_level]"""
+    start_row: int = -1
+    """>= 0: every env starts on this row instead (with curriculum off: stays there, e.g.
+    to evaluate one difficulty)"""
     spawn_spread: float = 0.5
     """start position = tile centre + U(-x, x) m in x and y (within the 2 m platform)"""
     spawn_clearance: float = 0.03
@@ -106,9 +110,12 @@ class LeggedRough(LeggedVelocity):
             tile_size=c.tile_size, rows=c.terrain_rows, cols=c.terrain_cols,
             resolution=c.terrain_resolution, border=c.terrain_border,
             proportions=c.terrain_proportions, seed=c.terrain_seed))
-        course_cfg = replace(COURSE, tile_size=c.tile_size, resolution=c.terrain_resolution)
-        half = (train.size[0] + tr.generate(course_cfg).size[0]) / 2
-        return {"terrain": train, "course": tr.generate(course_cfg, center=(half, 0.0))}
+        course = tr.generate(replace(COURSE, tile_size=c.tile_size,
+                                     resolution=c.terrain_resolution))
+        # beside the training map along +x, touching it: the two borders meet
+        shift = (train.size[0] + course.size[0]) / 2
+        course = replace(course, origin=(course.origin[0] + shift, course.origin[1]))
+        return {"terrain": train, "course": course}
 
     @property
     def active(self) -> tr.Terrain:
@@ -119,9 +126,11 @@ class LeggedRough(LeggedVelocity):
             raise ValueError(f"env.terrain must be 'train' or 'course', got "
                              f"{self.config.terrain!r}")
         spec = super().build()
-        spec.delete(spec.geom(self._floor_name))  # the terrain is the ground
+        floor = spec.geom(self._floor_name)
+        friction = tuple(floor.friction)  # the robot's ground contact, kept
+        spec.delete(floor)  # the terrain is the ground
         for name, t in self.terrains.items():
-            tr.add_terrain(spec, t, name)
+            tr.add_terrain(spec, t, name, friction)
         self._floor_name = "course" if self.config.terrain == "course" else "terrain"
         return spec
 
@@ -143,7 +152,8 @@ class LeggedRough(LeggedVelocity):
             else terms
 
     def critic_terms(self) -> tuple[ObsTerm, ...]:
-        terms = tuple(ObsTerm("base_height", "height_scan", grid=(0.0, 0.0, 1.0))
+        terms = tuple(ObsTerm("base_height", "height_scan", grid=(0.0, 0.0, 1.0),
+                              clip=(-1.0, 2.0))
                       if t.name == "base_height" else replace(t, noise=0.0)
                       for t in super().critic_terms() if t.name != "height_scan")
         return terms + (self._scan_term(0.0),)
@@ -156,23 +166,23 @@ class LeggedRough(LeggedVelocity):
         self._maps, self._plane = hf.height_maps(sim.model, lambda a: torch.tensor(
             a, dtype=torch.float32, device=dev))
         self._centers = torch.tensor(t.tile_centers(), dtype=torch.float32, device=dev)
-        rows, cols = t.config.rows, t.config.cols
+        cols = t.config.cols
         lo = np.asarray(t.origin) + 0.05
         self._bounds = torch.tensor([*lo, *(lo + np.asarray(t.size) - 0.1)], device=dev)
         if c.spawn_spread + FOOTPRINT > t.config.platform / 2:
             raise ValueError(f"env.spawn_spread {c.spawn_spread} + the robot's footprint "
                              f"{FOOTPRINT} m must stay on the tiles' flat platform: at most "
                              f"{t.config.platform / 2} m from the centre")
-        self._col = torch.arange(n, device=dev) % cols  # [N]
-        gen = torch.Generator(device=dev).manual_seed(c.terrain_seed)  # not the env's stream
-        top = min(c.init_level, rows - 1) if c.terrain != "course" else 0
-        self._level = torch.randint(0, top + 1, (n,), generator=gen, device=dev)
-        self._origin = torch.zeros(n, 2, device=dev)
-        self._cmd_dist = torch.zeros(n, device=dev)
+        self._col = torch.arange(n, device=dev) % cols  # [N] fixed while training
+        self._next_col = self._col.clone()  # the columns initial_state spawned on
+        self._level = torch.zeros(n, dtype=torch.long, device=dev)  # drawn at the first reset
+        self._cmd_dist = torch.zeros(n, device=dev)  # commanded distance so far (m)
+        self._elapsed = torch.zeros(n, device=dev)  # episode time so far (s)
         self._reached = torch.zeros(n, dtype=torch.bool, device=dev)
         self.scan_bias = torch.zeros(n, device=dev) if c.scan_offset > 0 else None
-        # the curriculum's own stream, so that the env's draws stay those of the flat task
-        self._gen = torch.Generator(device=dev).manual_seed(c.terrain_seed + 1)
+        # the curriculum's own stream (seeded from the env's at the first reset), so that
+        # the env's draws per step stay those of the flat task
+        self._gen = torch.Generator(device=dev)
         self._fresh = True  # the first reset of every env ends no episode
         if c.terrain == "course":
             v = c.course_speed
@@ -186,22 +196,24 @@ class LeggedRough(LeggedVelocity):
 
     # ---------------------------------------------------------------- episodes
     def restart(self) -> None:
+        super().restart()
         self._fresh = True
 
+    def _tile_centre(self) -> Tensor:  # [N, 2] world xy of each env's tile centre
+        return self._centers[self._level, self._col, :2]
+
     def episode_end(self, sim: BatchedSim, mask: Tensor) -> None:
-        if self._fresh:
-            self._fresh = False
+        if self._fresh or self.config.terrain == "course" or not self.config.curriculum:
             return
         rows = self.active.config.rows
-        if self.config.terrain == "course":  # the next column, in turn
-            self._col.copy_(torch.where(mask, (self._col + 1) % self.active.config.cols,
-                                        self._col))
-            return
-        if not self.config.curriculum:
-            return
-        walked = (sim.qpos[:, :2] - self._origin).norm(dim=-1)
+        # legged_gym's rule, distances from the tile centre; the commanded distance is the
+        # integral so far plus the current command over the episode's remaining time, so
+        # an early fall counts against the whole episode's ask
+        walked = (sim.qpos[:, :2] - self._tile_centre()).norm(dim=-1)
+        left = (self.config.episode_seconds - self._elapsed).clamp(min=0.0)
+        asked = self._cmd_dist + self.command[:, :2].norm(dim=-1) * left
         up = walked > self.config.tile_size / 2
-        down = (walked < 0.5 * self._cmd_dist) & ~up
+        down = (walked < 0.5 * asked) & ~up
         level = (self._level + up.long() - down.long()).clamp(min=0)
         spread = torch.randint(0, rows, level.shape, device=level.device, generator=self._gen)
         level = torch.where(level >= rows, spread, level)
@@ -209,8 +221,19 @@ class LeggedRough(LeggedVelocity):
 
     def initial_state(self, sim: BatchedSim, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         qpos, qvel = super().initial_state(sim, gen)
-        n, dev = sim.num_envs, sim.device
-        centre = self._centers[self._level, self._col]  # [N, 3]
+        c, n, dev = self.config, sim.num_envs, sim.device
+        t = self.active.config
+        if self._fresh:  # the first reset: levels, and the curriculum's stream, from gen
+            top = min(c.init_level, t.rows - 1)
+            self._level.copy_(torch.randint(0, top + 1, (n,), generator=gen, device=dev)
+                              if c.start_row < 0 else torch.full_like(self._level, min(
+                                  c.start_row, t.rows - 1)))
+            self._gen.manual_seed(int(torch.randint(0, 2**62, (), generator=gen,
+                                                    device=dev)))  # once, not per step
+            self._fresh = False
+        if c.terrain == "course":  # a random tile of the course for each new episode
+            self._next_col = torch.randint(0, t.cols, (n,), generator=gen, device=dev)
+        centre = self._centers[self._level, self._next_col]  # [N, 3]
         qpos[:, :2] = centre[:, :2] + self.config.spawn_spread * (
             2 * torch.rand(n, 2, generator=gen, device=dev) - 1)
         # the footprint stays on the centre's flat platform (checked in bind)
@@ -219,8 +242,9 @@ class LeggedRough(LeggedVelocity):
 
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         super().on_reset(sim, mask, gen)
-        self._origin.copy_(torch.where(mask[:, None], sim.qpos[:, :2], self._origin))
+        self._col.copy_(torch.where(mask, self._next_col, self._col))
         self._cmd_dist.masked_fill_(mask, 0.0)
+        self._elapsed.masked_fill_(mask, 0.0)
         self._reached.masked_fill_(mask, False)
         if self.scan_bias is not None:
             o = self.config.scan_offset
@@ -230,16 +254,18 @@ class LeggedRough(LeggedVelocity):
     # ---------------------------------------------------------------- stepping
     def reward_terms(self, sim: BatchedSim, action: Tensor) -> dict[str, tuple[float, Tensor]]:
         """As the flat task's; also advances the curriculum's clocks: the commanded
-        distance and whether the env has reached its tile's edge."""
+        distance, the episode time and whether the env has reached its tile's edge."""
         self._cmd_dist += self._cmd_seen[:, :2].norm(dim=-1) * self.dt
-        away = (sim.qpos[:, :2] - self._origin).abs().amax(-1)
+        self._elapsed += self.dt
+        away = (sim.qpos[:, :2] - self._tile_centre()).abs().amax(-1)
         self._reached |= away >= self.config.tile_size / 2
         return super().reward_terms(sim, action)
 
-    def terminated(self, sim: BatchedSim) -> Tensor:
+    def truncated(self, sim: BatchedSim) -> Tensor:
+        """Leaving the map (there is no ground beyond it) ends the episode as a time limit
+        does: no failure, bootstrapped."""
         xy, b = sim.qpos[:, :2], self._bounds
-        off_map = (xy < b[:2]).any(-1) | (xy > b[2:]).any(-1)
-        return super().terminated(sim) | off_map
+        return (xy < b[:2]).any(-1) | (xy > b[2:]).any(-1)
 
     def episode_outcomes(self, sim: BatchedSim) -> dict[str, Tensor]:
         """On the course: `crossed/TYPE`, 1 where the env reached its tile's edge before
@@ -254,7 +280,7 @@ class LeggedRough(LeggedVelocity):
         return {"terrain_level": self._level.float().mean()}
 
     # ---------------------------------------------------------------- checkpoints
-    _ROUGH = ("_level", "_col", "_origin", "_cmd_dist", "_reached")
+    _ROUGH = ("_level", "_col", "_next_col", "_cmd_dist", "_elapsed", "_reached")
 
     def state_dict(self) -> dict[str, Tensor]:
         out = super().state_dict() | {f"terrain{k}": getattr(self, k).clone()

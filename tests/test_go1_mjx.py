@@ -56,12 +56,11 @@ def test_go1_rough_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     try:
         cfg = dataclasses.replace(get_task("go1-rough").config, obs_noise=False,
                                   tile_size=3.0, terrain_rows=2, terrain_cols=7,
-                                  terrain_border=1.5, spawn_spread=0.2, init_level=1,
+                                  terrain_border=1.5, spawn_spread=0.2, start_row=1,
                                   terrain_proportions=(0, 1, 1, 1, 1, 0, 0))
         envs = [trot.make_env("go1-rough", num_envs=4, sim=s, seed=1, config=cfg)
                 for s in ("mjx", "cpu")]
         for env in envs:
-            env.task._level.fill_(1)  # the hardest row
             env.reset()
         mjx, cpu = envs
         gen = torch.Generator().manual_seed(0)

@@ -27,13 +27,20 @@ def _model(t: tr.Terrain) -> mujoco.MjModel:
 
 
 def _ray_heights(model: mujoco.MjModel, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The surface under each point by mj_ray, straight down from above the terrain."""
+    """The surface under each point by MuJoCo's ray cast onto each heightfield geom
+    (mj_rayHfield, straight down from above; the robot's own geoms are not in the way),
+    the highest hit where several are."""
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
-    top, gid = 10.0, np.zeros(1, np.int32)
-    down = np.array([0.0, 0.0, -1.0])
-    return np.array([top - mujoco.mj_ray(model, data, np.array([a, b, top]), down, None, 1,
-                                         -1, gid) for a, b in zip(x, y)])
+    top, down = 10.0, np.array([0.0, 0.0, -1.0])
+    hfields = [g for g in range(model.ngeom)
+               if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_HFIELD]
+    out = np.full(len(x), -np.inf)
+    for g in hfields:
+        d = np.array([mujoco.mj_rayHfield(model, data, g, np.array([a, b, top]), down)
+                      for a, b in zip(x, y)])
+        out = np.where(d >= 0, np.maximum(out, top - d), out)
+    return out
 
 
 def test_same_seed_same_terrain_bit_for_bit():
@@ -165,9 +172,8 @@ def test_height_scan_matches_mj_ray_from_the_robot():
 
 
 def test_spawns_start_above_the_steepest_tiles_without_penetration():
-    env = _rough_env(n=14)
+    env = _rough_env(n=14, curriculum=False, start_row=2)
     top = env.task.active.config.rows - 1
-    env.task._level.fill_(top)
     env.reset()
     model, data = env.sim.model, mujoco.MjData(env.sim.model)
     centres = env.task._centers[top, env.task._col, :2]
@@ -177,31 +183,55 @@ def test_spawns_start_above_the_steepest_tiles_without_penetration():
         mujoco.mj_forward(model, data)
         depth = [data.contact[k].dist for k in range(data.ncon)]
         assert min(depth, default=0.0) > -1e-4, (i, min(depth))
+    assert (env.task._level == top).all()
 
 
 def test_curriculum_moves_rows_by_legged_gyms_rule():
-    """Walked > half a tile: up; < half the commanded distance: down (not below 0);
-    past the top row: a random row; masked-out envs stay."""
-    env = _rough_env(n=6)
+    """Walked (from the tile centre) > half a tile: up; < half the commanded distance:
+    down (not below 0); past the top row: a random row; masked-out envs stay. The
+    commanded distance of an episode that ended early counts its current command over the
+    time left (env 6: 1 m asked so far, 1 m/s for the 19 s left)."""
+    env = _rough_env(n=7)
     env.reset()
     task, rows = env.task, env.task.active.config.rows
-    task._level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1]))
-    task._origin.zero_()
-    walked = torch.tensor([2.0, 0.4, 0.4, 2.0, 1.0, 2.0])  # half a tile: 1.5 m
-    task._cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0]))
+    task._level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1, 1]))
+    walked = torch.tensor([2.0, 0.4, 0.4, 2.0, 1.0, 2.0, 1.0])  # half a tile: 1.5 m
+    task._cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0, 1.0]))
+    task._elapsed.fill_(task.config.episode_seconds)
+    task._elapsed[6] = 1.0
+    task.command.zero_()
+    task.command[6, 0] = 1.0
     q = env.sim.qpos.clone()
-    q[:, 0], q[:, 1] = walked, 0.0
-    everyone = torch.ones(6, dtype=torch.bool)
+    q[:, :2] = task._tile_centre()
+    q[:, 0] += walked
+    everyone = torch.ones(7, dtype=torch.bool)
     env.sim.reset(everyone, q, env.sim.qvel.clone())
-    mask = torch.tensor([True, True, True, True, True, False])
+    mask = torch.tensor([True, True, True, True, True, False, True])
     task.episode_end(env.sim, mask)
-    assert task._level[[0, 1, 2, 4, 5]].tolist() == [2, 0, 0, 1, 1]
+    assert task._level[[0, 1, 2, 4, 5, 6]].tolist() == [2, 0, 0, 1, 1, 0]
     levels = {int(task._level[3])}
     for _ in range(20):
         task._level[3] = rows - 1
         task.episode_end(env.sim, mask)
         levels.add(int(task._level[3]))
     assert levels <= set(range(rows)) and len(levels) > 1  # spread over the rows
+
+
+def test_levels_start_from_the_env_seed_and_leaving_the_map_truncates():
+    """Initial levels come from the env's generator (seeds differ, ranks too); an env
+    that walks off the map ends its episode as a truncation, not a fall."""
+    a, b = _rough_env(n=64), _rough_env(n=64)
+    c = make_env("go1-rough", num_envs=64, seed=4, config=a.task.config)
+    for env in (a, b, c):
+        env.reset()
+    assert torch.equal(a.task._level, b.task._level)
+    assert not torch.equal(a.task._level, c.task._level)
+    assert a.task._level.max() <= a.task.config.init_level
+    q = a.sim.qpos.clone()
+    q[0, 0] = a.task._bounds[2] + 0.01  # beyond the map's +x edge
+    a.sim.reset(torch.ones(64, dtype=torch.bool), q, a.sim.qvel.clone())
+    res = a.step(torch.zeros(64, a.action_dim))
+    assert bool(res.truncated[0]) and not bool(res.terminated[0])
 
 
 def test_terrain_level_is_logged_and_checkpointed():
@@ -214,5 +244,5 @@ def test_terrain_level_is_logged_and_checkpointed():
     state = env.state_dict()
     twin = _rough_env(n=8)
     twin.load_state_dict(state)
-    for name in ("_level", "_col", "_origin", "_cmd_dist"):
+    for name in ("_level", "_col", "_next_col", "_cmd_dist", "_elapsed", "_reached"):
         assert torch.equal(getattr(twin.task, name), getattr(env.task, name))

@@ -69,7 +69,8 @@ def _surface(xp, m: HeightMap, x, y):
     them."""
     nrow, ncol = m.heights.shape
     gx, gy = (x - m.x0) / m.dx, (y - m.y0) / m.dy
-    inside = (gx >= 0) & (gx <= ncol - 1) & (gy >= 0) & (gy <= nrow - 1)
+    inside = (gx >= 0) & (gx <= ncol - 1) & (gy >= 0) & (gy <= nrow - 1)  # False for NaN
+    gx, gy = xp.nan_to_num(gx), xp.nan_to_num(gy)  # a diverged env indexes cell 0
     j = xp.clip(xp.floor(gx), 0, ncol - 2)
     i = xp.clip(xp.floor(gy), 0, nrow - 2)
     fx, fy = gx - j, gy - i
@@ -88,8 +89,10 @@ def _as_index(xp, a):
 
 
 def surface_height(xp, maps: tuple[HeightMap, ...], plane: float | None, x, y):
-    """The highest surface at world points x, y (any shape; xp: numpy or torch): the
-    heightfields that cover a point, else the ground plane, else OFF_MAP."""
+    """The surface at world points x, y (any shape; xp: numpy or torch): the heightfield
+    that covers a point (the highest where several do, or the last listed with a plane),
+    else the ground plane taken as infinite, else OFF_MAP. trot's terrains have no plane
+    and heightfields that do not overlap."""
     z = xp.zeros_like(x) + (OFF_MAP if plane is None else plane)
     for m in maps:
         h, inside = _surface(xp, m, x, y)

@@ -60,6 +60,11 @@ class PlayArgs:
     sim: str | None = None
     """physics backend: cpu or mjx (default: the run's own; cpu plays an mjx run without
     JAX)"""
+    course: bool = False
+    """on the task's fixed terrain course (rough-terrain tasks; its tiles in turn, one per
+    episode)"""
+    skip: int = 0
+    """play this many episodes unrendered first (e.g. to reach a course's third tile)"""
 
 
 NO_GL_HINT = ("headless Linux needs OSMesa (apt-get install libosmesa6) or EGL (apt-get "
@@ -214,9 +219,11 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
                                                                   list[float]]:
     """Frames [H, W, 3] uint8, their frame rate, and the returns of the episodes that
     finished."""
-    if a.episodes <= 0 or a.width <= 0 or a.height <= 0 or a.fps <= 0 or a.seconds < 0:
-        raise ValueError("episodes, width, height and fps must be > 0 and seconds >= 0")
-    run = load_run(Path(run_dir), 1, a.seed, sim=a.sim)
+    if a.episodes <= 0 or a.width <= 0 or a.height <= 0 or a.fps <= 0 or a.seconds < 0 \
+            or a.skip < 0:
+        raise ValueError("episodes, width, height and fps must be > 0, seconds and skip "
+                         ">= 0")
+    run = load_run(Path(run_dir), 1, a.seed, sim=a.sim, course=a.course)
     env, actor = run.env, run.ac.actor
     model = render_model(env)
     data = mujoco.MjData(model)
@@ -242,6 +249,11 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
 
     try:
         obs = env.reset()
+        for _ in range(a.skip):  # whole episodes, unrendered
+            done = False
+            while not done:
+                res = env.step(actor(obs.policy).clamp(-1.0, 1.0))
+                obs, done = res.obs, bool(res.terminated[0] | res.truncated[0])
         snap()
         while len(returns) < a.episodes and step < limit:
             res = env.step(actor(obs.policy).clamp(-1.0, 1.0))

@@ -178,6 +178,8 @@ def test_terrain_md_shell_commands_run_as_printed(tmp_path):
     assert [ln.split()[1] for ln in lines] == ["train", "eval", "sim2sim"]
     for line in lines:
         argv, p = _run_as_printed(line, tmp_path)
+        if argv[1] == "train":  # the progress line shows the mean terrain level
+            assert re.search(r"\| terrain_level [\d.]+ \|", p.stdout), p.stdout
         if argv[1] == "eval":
             assert "crossed/stairs_up" in p.stdout, p.stdout
         if "--json" in argv:

@@ -152,3 +152,23 @@ def test_bad_arguments_fail_clearly(fresh_run, tmp_path, capsys):
     assert "trot: error:" in capsys.readouterr().err
     with pytest.raises(ValueError, match="episodes"):
         render_run(fresh_run, PlayArgs(episodes=0))
+
+
+def test_play_on_the_terrain_course_skips_to_a_later_tile(gl, tmp_path):
+    """`trot play RUN --course --skip K` (the README's stairs GIF): the course's tiles are
+    drawn per episode, and the rendered episode is the one after K unrendered ones. The
+    bug this catches: skip ignored (the first episode rendered) or the course flag lost
+    (the training map played)."""
+    cfg = dataclasses.replace(trot.tasks.get_task("go1-rough").config, tile_size=3.0,
+                              terrain_rows=2, terrain_cols=7, terrain_border=1.5)
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,))
+    trainer, run_dir = start_run(TrainConfig(task="go1-rough", num_envs=4, env=cfg,
+                                             run_dir=str(tmp_path / "run"), agent=agent))
+    trainer.save(run_dir)
+    args = PlayArgs(course=True, seconds=0.2, width=96, height=72, overlay=False)
+    first, _, _ = render_run(run_dir, args)
+    later, _, _ = render_run(run_dir, dataclasses.replace(args, skip=1))
+    _not_blank(later[0])
+    assert len(first) == len(later) and not np.array_equal(first[0], later[0])
+    train, _, _ = render_run(run_dir, dataclasses.replace(args, course=False))
+    assert not np.array_equal(train[0], first[0])

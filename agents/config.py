@@ -59,6 +59,12 @@ class PPOConfig:
     """initial log standard deviation of the Gaussian policy"""
     activation: Literal["elu", "tanh", "relu"] = "elu"
     """hidden activation"""
+    rnn: Literal["none", "gru", "lstm"] = "none"
+    """a recurrent actor: normalized obs -> GRU/LSTM cell -> actor MLP (the critic stays an
+    MLP). Updates run whole rollouts of whole envs (minibatches over envs, truncated BPTT
+    over the rollout) from the hidden state stored at the rollout's start"""
+    rnn_hidden: int = 64
+    """recurrent actor: hidden state size H (an LSTM's state is h and c, 2H numbers)"""
     off_policy: Literal["ratio", "ignore", "vtrace"] = "ratio"
     """how the update treats data from a lagging behaviour policy mu (TrainConfig.actor_lag):
     ratio: GAE, surrogate on pi/mu from the stored behaviour log-probs (clipped if `clip`:
@@ -97,6 +103,17 @@ class PPOConfig:
             (self.rho_bar > 0 and self.c_bar > 0, "rho_bar and c_bar must be > 0"),
             (self.symmetry in ("none", "augment"),
              f"symmetry must be none or augment, got {self.symmetry!r}"),
+            (self.rnn in ("none", "gru", "lstm"),
+             f"rnn must be none, gru or lstm, got {self.rnn!r}"),
+            (self.rnn_hidden > 0, f"rnn_hidden must be > 0, got {self.rnn_hidden}"),
+            (self.rnn == "none" or num_envs % self.minibatches == 0,
+             f"a recurrent actor's minibatches are groups of whole envs: num_envs "
+             f"{num_envs} does not divide into {self.minibatches} minibatches"),
+            (self.rnn == "none" or self.symmetry == "none",
+             "symmetry='augment' mirrors single observations; a recurrent actor's hidden "
+             "state has no mirror image: use rnn='none' or symmetry='none'"),
+            (self.rnn == "none" or not self.share_torso,
+             "share_torso shares an MLP torso; with rnn the critic stays a separate MLP"),
             ((self.rollout_steps * num_envs) % self.minibatches == 0,
              f"batch of rollout_steps * num_envs = {self.rollout_steps} * {num_envs} = "
              f"{self.rollout_steps * num_envs} does not divide into {self.minibatches} "

@@ -4,21 +4,25 @@ short episodes), with observation noise off."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from trot.agents.networks import Acting, Actor
 from trot.runs import load_run
 from trot.tasks.env import Env
 
 
 @torch.no_grad()
-def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
-    """Play one episode in each of env.num_envs (== episodes) envs with `policy(obs) -> a`.
-    Per-step task metrics (`Task.eval_metrics`) are averaged over each episode and over its
-    second half."""
+def run_episodes(env: Env, policy: Actor | Callable[[Tensor], Tensor],
+                 episodes: int) -> dict[str, float]:
+    """Play one episode in each of env.num_envs (== episodes) envs with the actor's
+    deterministic action (its memory carried along) or `policy(obs) -> a`. Per-step task
+    metrics (`Task.eval_metrics`) are averaged over each episode and over its second half."""
     n, dev = env.num_envs, env.device
+    act = Acting(policy, n, dev) if isinstance(policy, Actor) else policy
     obs = env.reset()
     ret = torch.zeros(n, device=dev)
     length = torch.zeros(n, device=dev)
@@ -28,7 +32,9 @@ def run_episodes(env: Env, policy, episodes: int) -> dict[str, float]:
     final: dict[str, Tensor] = {}  # Task.episode_outcomes at each env's last step
     env.record_eval_metrics = True  # read before the step's resets, not after
     for _ in range(env.max_episode_steps):
-        res = env.step(policy(obs.policy).clamp(-1.0, 1.0))
+        res = env.step(act(obs.policy).clamp(-1.0, 1.0))
+        if isinstance(act, Acting):
+            act.ended(res.terminated | res.truncated)
         ret += res.reward * active
         length += active.float()
         for k, v in env.eval_step.items():

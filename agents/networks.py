@@ -58,37 +58,116 @@ def _init_linear(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
+class Memory(nn.Module):
+    """One GRU or LSTM cell step. Its state is one tensor [B, S]: h (GRU, S = H), or h and
+    c side by side (LSTM, S = 2H), so that storage, resets and checkpoints treat both alike."""
+
+    def __init__(self, kind: str, in_dim: int, hidden: int):
+        super().__init__()
+        self.kind, self.hidden = kind, hidden
+        cell = {"gru": nn.GRUCell, "lstm": nn.LSTMCell}[kind]
+        self.cell = cell(in_dim, hidden)
+        self.size = hidden * (2 if kind == "lstm" else 1)
+
+    def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """x [B, I], state [B, S] -> output h [B, H], new state [B, S]."""
+        if self.kind == "gru":
+            h = self.cell(x, state)
+            return h, h
+        h, c = self.cell(x, (state[:, :self.hidden], state[:, self.hidden:]))
+        return h, torch.cat([h, c], 1)
+
+
+def reset_state(state: Tensor, done: Tensor) -> Tensor:
+    """state [B, S] with the rows of ended episodes (done [B] bool) zeroed: the next step
+    starts a new episode from the zero state, the rule the export states."""
+    return state.masked_fill(done[:, None], 0.0)
+
+
 class Actor(nn.Module):
-    """Gaussian policy with a state-independent log-std. `forward` is the deterministic
-    action (the mean), the graph that export writes to ONNX after clipping."""
+    """Gaussian policy with a state-independent log-std: normalizer -> (memory) -> MLP ->
+    mean. `step` is the deterministic action (the mean) and the next memory state, the
+    graph that export writes to ONNX after clipping; without memory the state is [B, 0]."""
 
     def __init__(self, obs_dim: int, action_dim: int, cfg: PPOConfig):
         super().__init__()
         self.normalizer = RunningMeanStd(obs_dim) if cfg.obs_norm else nn.Identity()
-        self.torso = mlp(obs_dim, cfg.actor_hidden, cfg.activation)
-        width = cfg.actor_hidden[-1] if cfg.actor_hidden else obs_dim
+        self.memory = Memory(cfg.rnn, obs_dim, cfg.rnn_hidden) if cfg.rnn != "none" else None
+        torso_in = cfg.rnn_hidden if self.memory is not None else obs_dim
+        self.torso = mlp(torso_in, cfg.actor_hidden, cfg.activation)
+        width = cfg.actor_hidden[-1] if cfg.actor_hidden else torso_in
         self.mean = _init_linear(Linear(width, action_dim), 0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), cfg.init_log_std))
 
-    def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]
+    @property
+    def state_size(self) -> int:
+        return 0 if self.memory is None else self.memory.size
+
+    def initial_state(self, n: int, device: torch.device | None = None) -> Tensor:
+        """The zero state of n new episodes: [n, S]."""
+        return torch.zeros(n, self.state_size, device=device or self.log_std.device)
+
+    def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]; memoryless actors only
+        if self.memory is not None:
+            raise TypeError("a recurrent actor needs its state: use step(obs, state)")
         return self.mean(self.torso(self.normalizer(obs)))
 
-    def sample(self, obs: Tensor, gen: torch.Generator | None = None
-               ) -> tuple[Tensor, Tensor, Tensor]:
-        """Actions [B, A] = mean + std * eps, their log-probs [B] and the means [B, A]. The
-        log-prob comes from eps directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2, a
-        few ops fewer per control step than torch.distributions.Normal. eps is drawn from
-        `gen` (the trainer's checkpointed noise generator; default torch's global one)."""
-        mean = self(obs)
+    def step(self, obs: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """obs [B, P], state [B, S] -> mean [B, A], next state [B, S]."""
+        if self.memory is None:
+            return self(obs), state
+        h, state = self.memory(self.normalizer(obs), state)
+        return self.mean(self.torso(h)), state
+
+    def sequence(self, obs: Tensor, state: Tensor, starts: Tensor) -> Tensor:
+        """Means [T, B, A] along rollouts: obs [T, B, P] from state [B, S], the state zeroed
+        before each step t where starts[t] [B] (an episode began there). Gradients flow
+        through the whole rollout and stop at its start (truncated BPTT)."""
+        if self.memory is None:
+            return self(obs)
+        means = []
+        for t in range(obs.shape[0]):
+            mean, state = self.step(obs[t], reset_state(state, starts[t]))
+            means.append(mean)
+        return torch.stack(means)
+
+    def sample(self, obs: Tensor, gen: torch.Generator | None = None,
+               state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Actions [B, A] = mean + std * eps, their log-probs [B], the means [B, A] and the
+        next state [B, S] (`state` None: a memoryless actor). The log-prob comes from eps
+        directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2, a few ops fewer per control
+        step than torch.distributions.Normal. eps is drawn from `gen` (the trainer's
+        checkpointed noise generator; default torch's global one)."""
+        if state is None:
+            state = self.initial_state(obs.shape[0], obs.device)
+        mean, state = self.step(obs, state)
         eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device, generator=gen)
         action = torch.addcmul(mean, eps, self.log_std.exp())
         const = self.log_std.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
-        return action, eps.square().sum(-1).mul_(-0.5).sub_(const), mean
+        return action, eps.square().sum(-1).mul_(-0.5).sub_(const), mean, state
 
-    def dist(self, obs: Tensor) -> torch.distributions.Normal:
-        mean = self(obs)
+    def dist_of(self, mean: Tensor) -> torch.distributions.Normal:
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean),
                                           validate_args=False)  # NaN guard handles it
+
+    def dist(self, obs: Tensor) -> torch.distributions.Normal:
+        return self.dist_of(self(obs))
+
+
+class Acting:
+    """Deterministic acting for evaluation loops: clip(mean) with the memory carried
+    between calls and zeroed where episodes end (`ended`)."""
+
+    def __init__(self, actor: Actor, n: int, device: torch.device):
+        self.actor, self.state = actor, actor.initial_state(n, device)
+
+    @torch.no_grad()
+    def __call__(self, obs: Tensor) -> Tensor:  # [N, P] -> [N, A]
+        mean, self.state = self.actor.step(obs, self.state)
+        return mean.clamp(-1.0, 1.0)
+
+    def ended(self, done: Tensor) -> None:  # done [N] bool
+        self.state = reset_state(self.state, done)
 
 
 class Critic(nn.Module):

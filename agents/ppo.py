@@ -14,7 +14,7 @@ from trot.agents.advantages import compute_gae
 from trot.agents.config import PPOConfig
 from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
-from trot.agents.storage import Batch, Rollout
+from trot.agents.storage import Batch, Rollout, Sequences
 from trot.agents.vtrace import vtrace
 from trot.tasks.mirror import Mirrors
 
@@ -56,6 +56,16 @@ def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]
     return new.clamp(*bounds)
 
 
+def _sequence_means(actor: torch.nn.Module, b: Batch, seq: Sequences) -> Tensor:
+    """A recurrent actor's means [B, A] for the rows of `b`, whole rollouts of the envs of
+    `seq`: rows t-major (t * n + i) or env-major (i * T + t)."""
+    t, n = seq.starts.shape
+    if seq.env_major:
+        obs = b.obs.view(n, t, -1).transpose(0, 1)  # [T, n, P]
+        return actor.sequence(obs, seq.state0, seq.starts).transpose(0, 1).flatten(0, 1)
+    return actor.sequence(b.obs.view(t, n, -1), seq.state0, seq.starts).flatten(0, 1)
+
+
 class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
@@ -85,11 +95,12 @@ class PPO:
 
     @torch.no_grad()
     def act(self, obs: Tensor, actor: torch.nn.Module | None = None,
-            gen: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample actions [N, A]; return them with log-probs [N] and the means [N, A].
-        `actor`: the behaviour actor (a lagged snapshot); default the learner's own.
-        `gen`: the generator of the action noise."""
-        return (self.ac.actor if actor is None else actor).sample(obs, gen)
+            gen: torch.Generator | None = None, state: Tensor | None = None
+            ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Sample actions [N, A]; return them with log-probs [N], the means [N, A] and the
+        actor's next memory state [N, S]. `actor`: the behaviour actor (a lagged snapshot);
+        default the learner's own. `gen`: the generator of the action noise."""
+        return (self.ac.actor if actor is None else actor).sample(obs, gen, state)
 
     @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:
@@ -99,8 +110,8 @@ class PPO:
         critic = self.ac.critic
         next_values = critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)  # [T, N]
         if self.cfg.off_policy == "vtrace":  # log pi(a|x) of the policy about to be updated
-            log_pi = self.ac.actor.dist(ro.obs.flatten(0, 1)).log_prob(
-                ro.actions.flatten(0, 1)).sum(-1).view(t, n)  # [T, N]
+            mean = self.ac.actor.sequence(ro.obs, ro.state0, ro.starts())  # [T, N, A]
+            log_pi = self.ac.actor.dist_of(mean).log_prob(ro.actions).sum(-1)  # [T, N]
             ret, adv = vtrace(ro.rewards, ro.values, next_values, ro.terminated, ro.truncated,
                               log_pi - ro.log_probs, self.cfg.gamma, self.cfg.lam,
                               self.cfg.rho_bar, self.cfg.c_bar,
@@ -115,7 +126,10 @@ class PPO:
                                             ro.action_mean, adv, ret, ro.values)]
         if self.mirrors is not None:
             parts = self._with_mirror(parts)
-        return Batch.packed(*parts)
+        batch = Batch.packed(*parts)
+        if self.ac.actor.memory is not None:  # rows are t-major: row t * N + n
+            batch.sequences = Sequences(ro.state0, ro.starts())
+        return batch
 
     def _with_mirror(self, parts: list[Tensor]) -> list[Tensor]:
         """Each field [B, ...] -> [2B, ...]: the samples, then their mirror images. A
@@ -149,28 +163,51 @@ class PPO:
         epoch is rows [k * size, (k + 1) * size) of it."""
         cfg, ac = self.cfg, self.ac
         old_log_std = ac.actor.log_std.detach().clone()  # [A], the pre-update policy's
+        seq = batch.sequences
         if lagged:
-            with torch.no_grad():
-                batch.action_mean.copy_(ac.actor(batch.obs))  # a view into batch.table
+            with torch.no_grad():  # action_mean: a view into batch.table
+                batch.action_mean.copy_(ac.actor(batch.obs) if seq is None else
+                                        _sequence_means(ac.actor, batch, seq))
         if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
             batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
         sums = None
-        size = len(batch) // cfg.minibatches
         for _ in range(cfg.epochs):
-            # one gather per epoch; minibatches are then contiguous views of it
-            shuffled = batch[torch.randperm(len(batch), generator=gen, device=self.device)]
-            for k in range(cfg.minibatches):
-                stats = self._minibatch(shuffled[k * size:(k + 1) * size], old_log_std)
+            for b, seq_b in self._minibatches(batch, gen):
+                mean = ac.actor(b.obs) if seq_b is None else _sequence_means(ac.actor, b, seq_b)
+                stats = self._minibatch(b, mean, old_log_std)
                 row = torch.stack(list(stats.values()))  # [S]: one add per minibatch
                 sums = torch.zeros_like(row) if sums is None else sums
                 sums += row
         sums /= cfg.epochs * cfg.minibatches
         return dict(zip(stats, sums.unbind()))
 
-    def _minibatch(self, b: Batch, old_log_std: Tensor) -> dict[str, Tensor]:
-        """One SGD step on minibatch `b`; its statistics by logged name (0-d tensors)."""
+    def _minibatches(self, batch: Batch, gen: torch.Generator):
+        """One epoch's minibatches (Batch, Sequences or None). One gather per epoch; the
+        minibatches are then contiguous views of it. Memoryless: rows shuffled. Recurrent:
+        envs shuffled, each minibatch whole rollouts of N / minibatches envs, env-major."""
+        k_mb, seq = self.cfg.minibatches, batch.sequences
+        if seq is None:
+            size = len(batch) // k_mb
+            shuffled = batch[torch.randperm(len(batch), generator=gen, device=self.device)]
+            for k in range(k_mb):
+                yield shuffled[k * size:(k + 1) * size], None
+            return
+        t, n = seq.starts.shape
+        perm = torch.randperm(n, generator=gen, device=self.device)  # [N]
+        steps = torch.arange(t, device=self.device) * n  # [T]
+        shuffled = batch[(perm[:, None] + steps[None, :]).flatten()]  # [N * T] env-major
+        e = n // k_mb
+        for k in range(k_mb):
+            envs = perm[k * e:(k + 1) * e]
+            yield shuffled[k * e * t:(k + 1) * e * t], Sequences(seq.state0[envs],
+                                                                 seq.starts[:, envs],
+                                                                 env_major=True)
+
+    def _minibatch(self, b: Batch, mean: Tensor, old_log_std: Tensor) -> dict[str, Tensor]:
+        """One SGD step on minibatch `b`, whose policy means [B, A] are `mean` (with their
+        graph); its statistics by logged name (0-d tensors)."""
         cfg, ac = self.cfg, self.ac
-        dist = ac.actor.dist(b.obs)
+        dist = ac.actor.dist_of(mean)
         log_probs = dist.log_prob(b.actions).sum(-1)  # [B]
         entropy = dist.entropy().sum(-1).mean()
         adv = normalize_advantages(b.advantages, self.comm) \

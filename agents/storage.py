@@ -20,14 +20,22 @@ class Rollout:
     values: Tensor  # [T, N] V(s_t), reward units
     final_critic_obs: Tensor  # [T, N, C] critic obs of the state each step reached
     action_mean: Tensor  # [T, N, A] behaviour policy's mean (for the KL)
+    state0: Tensor  # [N, S] the actor's memory at the rollout's first step (S = 0: none)
 
     @classmethod
     def allocate(cls, t: int, n: int, obs_dim: int, critic_dim: int, action_dim: int,
-                 device: torch.device) -> "Rollout":
+                 device: torch.device, state_size: int = 0) -> "Rollout":
         z = lambda *s, dtype=torch.float32: torch.zeros(t, n, *s, device=device,  # noqa: E731
                                                         dtype=dtype)
         return cls(z(obs_dim), z(critic_dim), z(action_dim), z(), z(), z(dtype=torch.bool),
-                   z(dtype=torch.bool), z(), z(critic_dim), z(action_dim))
+                   z(dtype=torch.bool), z(), z(critic_dim), z(action_dim),
+                   torch.zeros(n, state_size, device=device))
+
+    def starts(self) -> Tensor:
+        """[T, N] bool: step t begins an episode after the rollout's first step (the one
+        before it ended), where a recurrent actor's memory restarts from zero."""
+        done = self.terminated | self.truncated
+        return torch.cat([torch.zeros_like(done[:1]), done[:-1]])
 
     def write(self, t: int, **values: Tensor) -> None:
         for k, v in values.items():
@@ -36,6 +44,16 @@ class Rollout:
     @property
     def steps(self) -> int:
         return self.rewards.shape[0]
+
+
+@dataclass
+class Sequences:
+    """What a recurrent actor's update needs beside a batch's rows: the memory at each
+    rollout's start and where episodes began. Rows are t-major, or env-major in minibatches."""
+
+    state0: Tensor  # [n, S]
+    starts: Tensor  # [T, n] bool
+    env_major: bool = False
 
 
 @dataclass
@@ -54,6 +72,7 @@ class Batch:
     returns: Tensor  # value targets, reward units
     values: Tensor  # old predictions, reward units
     table: Tensor | None = field(default=None, repr=False)  # [B, W] the fields live in
+    sequences: Sequences | None = field(default=None, repr=False)  # recurrent actors only
 
     @classmethod
     def packed(cls, *parts: Tensor) -> "Batch":
@@ -67,7 +86,8 @@ class Batch:
         return cls(*(c.view(-1, *p.shape[1:]) for c, p in zip(cols, like)), table=table)
 
     def fields(self) -> tuple[Tensor, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self) if f.name != "table")
+        return tuple(getattr(self, f.name) for f in fields(self)
+                     if f.name not in ("table", "sequences"))
 
     def __getitem__(self, idx: Tensor | slice) -> "Batch":
         parts = self.fields()

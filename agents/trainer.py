@@ -21,7 +21,7 @@ from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
                                    remove_stale_temps, save_checkpoint)
 from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
-from trot.agents.networks import ActorCritic
+from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
 from trot.config import TrainConfig, load_json, save_json, to_json
@@ -50,7 +50,10 @@ class Trainer:
                         env.mirrors() if a.symmetry == "augment" else None)
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
-                                        env.critic_obs_dim, env.action_dim, dev)
+                                        env.critic_obs_dim, env.action_dim, dev,
+                                        self.ac.actor.state_size)
+        # the acting actor's memory [N, S], carried across iterations, zeroed at episode ends
+        self.policy_state = self.ac.actor.initial_state(env.num_envs, dev)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed + 1, comm.rank))
         # action noise: an explicit, checkpointed generator on the device (each rank its
@@ -77,14 +80,20 @@ class Trainer:
         actor = self.behaviour_actor  # None: act with the learner's own actor (no lag)
         if actor is not None:
             actor.load_state_dict(self.actor_snapshots[0])  # K updates old
+        ro.state0.copy_(self.policy_state)
+        state = self.policy_state
         for t in range(ro.steps):
             obs = env.obs
-            action, log_prob, mean = self.algo.act(obs.policy, actor, self.noise_gen)
+            action, log_prob, mean, state = self.algo.act(obs.policy, actor, self.noise_gen,
+                                                          state)
             res = env.step(action)
+            if state.shape[1]:  # a new episode's memory starts from zero
+                state = reset_state(state, res.terminated | res.truncated)
             ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
                      log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
                      truncated=res.truncated, final_critic_obs=res.final_obs.critic,
                      action_mean=mean)
+        self.policy_state = state
         # V(s_t) in one batched pass: the critic does not change during collection
         t_, n = ro.values.shape
         ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t_, n))
@@ -138,7 +147,8 @@ class Trainer:
         ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
                                                   "gen": self.gen.get_state(),
                                                   "noise_gen": self.noise_gen.get_state(),
-                                                  "torch_rng": torch.get_rng_state()}))
+                                                  "torch_rng": torch.get_rng_state(),
+                                                  "policy_state": self.policy_state}))
         if ranks is None:
             return None
         return {
@@ -167,6 +177,8 @@ class Trainer:
         if noise is not None:
             self.noise_gen.set_state(noise)
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
+        if "policy_state" in mine:  # checkpoints before memory policies have none
+            self.policy_state = mine["policy_state"].to(self.env.device)
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
             self.actor_snapshots.clear()

@@ -14,23 +14,41 @@ from trot.export.model_info import actuators, default_joint_pos, home_keyframe
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task
 
-CONTRACT_VERSION = 3  # 3: model_files; 2: home_keyframe
+CONTRACT_VERSION = 4  # 4: memory and timing; 3: model_files; 2: home_keyframe
+STATE_NAMES = ("h", "c")  # a GRU's state is h; an LSTM's h and c (graph inputs; "_out": outputs)
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def memory_fields(env: Env, memory: tuple[str, int] | None) -> dict[str, Any]:
+    """What a robot loop keeps between steps. obs_history: the graph's `obs` input is the
+    last `length` observations of `obs_dim`, oldest first, a new episode's filled with
+    copies of its first. recurrent_state: graph inputs fed back from the outputs of the
+    previous step (`NAME_out`), zero at each episode's start. memory: (kind, hidden size)."""
+    k = env.history
+    names = () if memory is None else STATE_NAMES[:2 if memory[0] == "lstm" else 1]
+    return {
+        "obs_history": {"length": k, "order": "oldest_first", "fill": "first_observation",
+                        "input_dim": k * env.frame_dim},
+        "recurrent_state": [{"input": n, "output": f"{n}_out", "shape": [memory[1]],
+                             "reset": "zeros", "cell": memory[0]} for n in names],
+    }
+
+
 def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
-                   model_xml_sha256: str, model_files: dict[str, bytes]) -> dict[str, Any]:
-    """model_files: the files model.xml reads (a terrain's heightfield), by name."""
+                   model_xml_sha256: str, model_files: dict[str, bytes],
+                   actor_memory: tuple[str, int] | None = None) -> dict[str, Any]:
+    """model_files: the files model.xml reads (a terrain's heightfield), by name;
+    actor_memory: a recurrent actor's (cell, hidden size), None for an MLP."""
     model, task = env.sim.model, env.task
     scale, offset = task.action_affine(model)
     home = home_keyframe(model, task.home_keyframe)
-    files = {"model_files": {k: sha256(v) for k, v in sorted(model_files.items())}} \
-        if model_files else {}  # a model that reads no files stays a version-2 contract
-    return files | {
-        "contract_version": CONTRACT_VERSION if model_files else 2,
+    return memory_fields(env, actor_memory) | {
+        "contract_version": CONTRACT_VERSION,
+        "model_files": {k: sha256(v) for k, v in sorted(model_files.items())},
+        "action_latency_steps": task.action_latency_steps(),
         "trot_version": __version__,
         "task": env.name,
         "task_source": get_task(env.name).source.to_json(),  # sim2sim finds user tasks
@@ -39,7 +57,7 @@ def build_contract(env: Env, task_config: Any, env_steps: int, opset: int,
         "opset": opset,
         "model_xml": "model.xml",
         "model_xml_sha256": model_xml_sha256,
-        "obs_dim": env.obs_dim,
+        "obs_dim": env.frame_dim,
         "action_dim": env.action_dim,
         "observation": env.policy_layout.to_json(),
         "actions": actuators(model),

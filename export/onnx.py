@@ -1,8 +1,10 @@
 """`trot export RUN_DIR`: policy.onnx + policy.json + model.xml, checked before they land.
 
-The graph is action = clip(actor_mean(normalize(obs)), -1, 1), normalizer inside. Every
-export runs onnxruntime against torch on >= 10,000 observations (rollout, random and
-+-10 std extremes); a max abs difference above 1e-5 fails the export and nothing is written.
+The graph is action = clip(actor_mean(normalize(obs)), -1, 1), normalizer inside; a
+recurrent actor's graph also maps its state h (and c) to the next. Every export runs
+onnxruntime against torch on >= 10,000 observations (rollout, random and +-10 std
+extremes), along sequences with episode restarts for a recurrent actor; a max abs
+difference above 1e-5 fails the export and nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from trot.agents.checkpoint import temp_prefix
-from trot.export.contract import build_contract, dumps, sha256
+from trot.agents.networks import Acting
+from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
 from trot.runs import LoadedRun, load_run
 
 OPSET = 18
@@ -31,14 +34,22 @@ class ExportError(RuntimeError):
 
 
 class DeployedPolicy(nn.Module):
-    """The exact function the robot runs."""
+    """The exact function the robot runs: (obs, *state) -> (action, *next state), the state
+    h (GRU) or h and c (LSTM) of a recurrent actor, none for an MLP."""
 
     def __init__(self, actor: nn.Module):
         super().__init__()
         self.actor = actor
+        memory = actor.memory
+        self.memory = None if memory is None else (memory.kind, memory.hidden)
+        self.state_names = () if memory is None else STATE_NAMES[:2 if memory.kind == "lstm"
+                                                                  else 1]
 
-    def forward(self, obs: Tensor) -> Tensor:  # [B, P] -> [B, A]
-        return self.actor(obs).clamp(-1.0, 1.0)
+    def forward(self, obs: Tensor, *state: Tensor):  # [B, K * P], each [B, H]
+        if self.memory is None:
+            return self.actor(obs).clamp(-1.0, 1.0)  # [B, A]
+        mean, nxt = self.actor.step(obs, torch.cat(state, 1))
+        return (mean.clamp(-1.0, 1.0), *nxt.split(self.memory[1], dim=1))
 
 
 @dataclass(frozen=True)
@@ -48,46 +59,80 @@ class ParityReport:
 
 
 @torch.no_grad()
-def parity_observations(run: LoadedRun, steps: int = 100, extra: int = 2000,
-                        seed: int = 0) -> np.ndarray:
-    """Recorded rollout observations plus random and +-10 std extremes: [M, P] float32."""
-    env, policy = run.env, DeployedPolicy(run.ac.actor)
+def parity_sequences(run: LoadedRun, steps: int = 100, extra: int = 32,
+                     seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Observation sequences [T, B, K * P] float32 and episode starts [T, B] bool: a
+    recorded rollout of the env's own episodes (with its resets), then sequences of
+    random and +-10 std extreme observations that restart at random steps."""
+    env = run.env
+    act = Acting(run.ac.actor, env.num_envs, env.device)
     obs = env.reset()
-    recorded = []
+    recorded, starts = [], [torch.zeros(env.num_envs, dtype=torch.bool)]
     for _ in range(steps):
         recorded.append(obs.policy.clone())
-        obs = env.step(policy(obs.policy)).obs
-    rec = torch.cat(recorded)  # [steps * N, P]
-    mean, std = rec.mean(0), rec.std(0).clamp(min=1e-3)
+        res = env.step(act(obs.policy))
+        done = res.terminated | res.truncated
+        act.ended(done)
+        starts.append(done.clone())
+        obs = res.obs
+    rec = torch.stack(recorded)  # [T, N, K * P]
+    flat = rec.flatten(0, 1)
+    mean, std = flat.mean(0), flat.std(0).clamp(min=1e-3)
     gen = torch.Generator().manual_seed(seed)
-    rand = mean + std * torch.randn(extra, rec.shape[1], generator=gen)
-    signs = torch.randint(0, 2, (extra, rec.shape[1]), generator=gen) * 2 - 1
-    extreme = mean + 10.0 * std * signs
-    return torch.cat([rec, rand, extreme]).numpy().astype(np.float32)
+    shape = (steps, extra, rec.shape[2])
+    rand = mean + std * torch.randn(shape, generator=gen)
+    extreme = mean + 10.0 * std * (torch.randint(0, 2, shape, generator=gen) * 2 - 1)
+    restarts = torch.rand(steps, 2 * extra, generator=gen) < 0.05
+    restarts[0] = False
+    seq = torch.cat([rec, rand, extreme], 1)
+    return seq.numpy().astype(np.float32), torch.cat([torch.stack(starts[:-1]), restarts],
+                                                     1).numpy()
 
 
-def check_parity(onnx_path: Path, policy: nn.Module, obs: np.ndarray) -> ParityReport:
+def check_parity(onnx_path: Path, policy: DeployedPolicy, obs: np.ndarray,
+                 starts: np.ndarray) -> ParityReport:
+    """onnxruntime against torch along the sequences obs [T, B, D] (starts [T, B]: the
+    state restarts from zero there), on the actions and the next states."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    got = sess.run(["action"], {"obs": obs})[0]
-    with torch.no_grad():
-        want = policy(torch.from_numpy(obs)).numpy()
-    diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
-    report = ParityReport(len(obs), diff)
+    names = policy.state_names
+    if not names:  # no memory: the steps are independent, one batch
+        obs, starts = obs.reshape(1, -1, obs.shape[-1]), starts.reshape(1, -1)
+    t, b = starts.shape
+    width = 0 if policy.memory is None else policy.memory[1]
+    state = [np.zeros((b, width), np.float32) for _ in names]
+    diff = 0.0
+    for i in range(t):
+        state = [np.where(starts[i][:, None], 0.0, s).astype(np.float32) for s in state]
+        got = sess.run(["action", *(f"{n}_out" for n in names)],
+                       {"obs": obs[i], **dict(zip(names, state))})
+        with torch.no_grad():
+            want = policy(torch.from_numpy(obs[i]), *map(torch.from_numpy, state))
+        want = [x.numpy() for x in (want if names else (want,))]
+        diff = max([diff] + [float(np.abs(g - w).max()) if g.shape == w.shape else np.inf
+                             for g, w in zip(got, want)])
+        state = want[1:]  # both sides continue from torch's state
+    report = ParityReport(t * b, diff)
     if not diff <= PARITY_TOL:
         raise ExportError(f"ONNX/torch parity failed: max |diff| = {diff:.3g} over "
-                          f"{len(obs)} observations (tolerance {PARITY_TOL})")
+                          f"{t * b} observations (tolerance {PARITY_TOL})")
     return report
 
 
-def write_onnx(policy: nn.Module, obs_dim: int, path: Path, metadata: str) -> None:
+def write_onnx(policy: DeployedPolicy, obs_dim: int, path: Path, metadata: str) -> None:
+    """obs_dim: the width of the graph's obs input (history included)."""
     import onnx
 
-    example = torch.zeros(2, obs_dim)
+    batch = torch.export.Dim("batch")
+    width = 0 if policy.memory is None else policy.memory[1]
+    example = (torch.zeros(2, obs_dim), *(torch.zeros(2, width) for _ in policy.state_names))
+    outputs = ["action", *(f"{n}_out" for n in policy.state_names)]
     program = torch.onnx.export(
-        policy, (example,), input_names=["obs"], output_names=["action"],
-        dynamic_shapes=({0: torch.export.Dim("batch")},), opset_version=OPSET,
+        policy, example, input_names=["obs", *policy.state_names], output_names=outputs,
+        dynamic_shapes=({0: batch}, *(() if policy.memory is None else  # *state: a tuple
+                                      (tuple({0: batch} for _ in policy.state_names),))),
+        opset_version=OPSET,
         dynamo=True, verbose=False)
     program.save(str(path))
     model = onnx.load(str(path))
@@ -137,7 +182,7 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     spec = run.env.task.build()
     xml, files = spec.to_xml(), dict(spec.assets)  # files: what model.xml reads (terrains)
     contract = build_contract(run.env, run.env.task.config, run.state["env_steps"], OPSET,
-                              sha256(xml.encode()), files)
+                              sha256(xml.encode()), files, policy.memory)
     check_written_model(contract, xml, files)
     text = dumps(contract)
     out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +193,7 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
             (tmp / name).write_bytes(blob)
         (tmp / "policy.json").write_text(text)
         write_onnx(policy, run.env.obs_dim, tmp / "policy.onnx", text)
-        report = check_parity(tmp / "policy.onnx", policy, parity_observations(run))
+        report = check_parity(tmp / "policy.onnx", policy, *parity_sequences(run))
         # each rename is atomic, model files first; the runner checks that all agree
         for name in (*files, *FILES):
             os.replace(tmp / name, out / name)

@@ -56,7 +56,8 @@ class JointMap:
         return np.asarray(x_policy)[..., self.from_policy]
 
 
-CONTRACT_VERSIONS = (1, 2, 3)  # 3: model_files; 2: home_keyframe (1: the keyframe 'home')
+CONTRACT_VERSIONS = (1, 2, 3, 4)  # 4: memory and timing (obs_history, recurrent_state,
+# action_latency_steps); 3: model_files; 2: home_keyframe (1: the keyframe 'home')
 _REL = 1e-9  # model.xml numbers are the exported ones, up to the xml's decimal round trip
 
 
@@ -210,13 +211,12 @@ class OnnxPolicy:
             raise ContractError(f"{json_path.name} does not match the contract stored inside "
                                 f"{onnx_path.name}; re-export both together")
         c = self.contract
-        self.obs_dim, self.action_dim = int(c["obs_dim"]), int(c["action_dim"])
-        inp, out = self.session.get_inputs()[0], self.session.get_outputs()[0]
-        if inp.shape[-1] != self.obs_dim or out.shape[-1] != self.action_dim:
-            raise ContractError(f"onnx graph maps {inp.shape[-1]} -> {out.shape[-1]} but the "
-                                f"json says obs_dim {self.obs_dim} -> action_dim "
-                                f"{self.action_dim}")
         check_version(c)
+        self.obs_dim, self.action_dim = int(c["obs_dim"]), int(c["action_dim"])
+        self.history = int(c.get("obs_history", {}).get("length", 1))
+        self.state_spec = list(c.get("recurrent_state", []))
+        _check_graph(self.session, self.history * self.obs_dim, self.action_dim,
+                     self.state_spec)
         extra = c.get("model_files", {}) if c["contract_version"] >= 3 else {}
         if c["contract_version"] >= 3 and "model_files" not in c:
             raise ContractError("policy.json (contract 3) has no model_files: the files "
@@ -246,7 +246,25 @@ class OnnxPolicy:
         self.policy_joints = [a["joint"] for a in c["actions"]]
         self.joints = JointMap(self.policy_joints, robot_joints or self.policy_joints)
 
+        self.reset()
+
+    @property
+    def has_memory(self) -> bool:
+        return self.history > 1 or bool(self.state_spec)
+
+    def reset(self, rows: np.ndarray | None = None) -> None:
+        """Start new episodes: every robot's (rows None), or those of a batch's rows (a bool
+        mask or indices). Their next `act` refills the history with its observation and
+        feeds the zero recurrent state, the contract's reset rules."""
+        if rows is None or self._frames is None:
+            self._frames, self._state, self._fresh = None, {}, None
+        else:
+            self._fresh[np.asarray(rows)] = True
+
     def act(self, obs: np.ndarray) -> np.ndarray:
+        """The action for this control step's observation [obs_dim] (one robot) or
+        [batch, obs_dim]; a policy with memory keeps its history and state between calls,
+        one row per robot, until `reset`."""
         x = np.asarray(obs)
         if x.dtype not in (np.float32, np.float64):
             raise TypeError(f"observation dtype must be float32 or float64, got {x.dtype}")
@@ -254,8 +272,32 @@ class OnnxPolicy:
             raise ValueError(f"observation must have shape [{self.obs_dim}] or "
                              f"[batch, {self.obs_dim}], got {list(x.shape)}")
         batch = np.ascontiguousarray(x.reshape(-1, self.obs_dim), dtype=np.float32)
-        action = self.session.run(["action"], {"obs": batch})[0]
-        return action[0] if x.ndim == 1 else action
+        if not self.has_memory:
+            action = self.session.run(["action"], {"obs": batch})[0]
+            return action[0] if x.ndim == 1 else action
+        feeds = self._remember(batch)
+        outs = self.session.run(["action", *(s["output"] for s in self.state_spec)], feeds)
+        self._state = {s["input"]: v for s, v in zip(self.state_spec, outs[1:])}
+        return outs[0][0] if x.ndim == 1 else outs[0]
+
+    def _remember(self, frame: np.ndarray) -> dict[str, np.ndarray]:
+        """The graph's inputs for this step: the history with `frame` [B, P] newest, and
+        the state, both restarted where an episode starts."""
+        b = len(frame)
+        if self._frames is None:  # every robot starts an episode
+            self._fresh = np.ones(b, dtype=bool)
+            self._frames = np.zeros((b, self.history * self.obs_dim), np.float32)
+            self._state = {s["input"]: np.zeros((b, *s["shape"]), np.float32)
+                           for s in self.state_spec}
+        if b != len(self._frames):
+            raise ValueError(f"a batch of {b} observations, but this policy's memory holds "
+                             f"{len(self._frames)} robots; call reset() to start over")
+        fresh = self._fresh[:, None]
+        shifted = np.concatenate([self._frames[:, self.obs_dim:], frame], 1)
+        self._frames = np.where(fresh, np.tile(frame, self.history), shifted)
+        state = {k: np.where(fresh, 0.0, v).astype(np.float32) for k, v in self._state.items()}
+        self._fresh[:] = False
+        return {"obs": self._frames} | state
 
     def ctrl(self, action: np.ndarray) -> np.ndarray:
         """Actuator commands from actions, exactly as in training (policy order)."""
@@ -264,6 +306,25 @@ class OnnxPolicy:
     def robot_ctrl(self, action: np.ndarray) -> np.ndarray:
         """The joint targets of `ctrl`, in the robot's joint order."""
         return self.joints.to_robot(self.ctrl(action))
+
+
+def _check_graph(session, input_dim: int, action_dim: int, state: list[dict]) -> None:
+    """The graph's inputs and outputs are the contract's: obs [B, history * obs_dim] and the
+    recurrent state's inputs, action [B, action_dim] and the state's outputs, each state
+    [B, *shape]."""
+    ins = {i.name: i.shape for i in session.get_inputs()}
+    outs = {o.name: o.shape for o in session.get_outputs()}
+    want_in = {"obs": [input_dim]} | {s["input"]: list(s["shape"]) for s in state}
+    want_out = {"action": [action_dim]} | {s["output"]: list(s["shape"]) for s in state}
+    for kind, got, want in (("inputs", ins, want_in), ("outputs", outs, want_out)):
+        if sorted(got) != sorted(want):
+            raise ContractError(f"the onnx graph's {kind} are {sorted(got)} but policy.json "
+                                f"(obs_history, recurrent_state) says {sorted(want)}")
+        for name, shape in want.items():
+            if list(got[name][1:]) != shape:
+                raise ContractError(f"the onnx graph's {name} has shape {got[name]} but "
+                                    f"policy.json says [batch, {', '.join(map(str, shape))}] "
+                                    "(obs_dim x obs_history, action_dim, recurrent_state)")
 
 
 class ObservationBuilder:

@@ -122,6 +122,10 @@ class PlainRunner:
         self.task.bind(self.sim)
         check_task(c, self.task, model)
         self.builder = ObservationBuilder(c, model)
+        # the motors get each action this many control steps late, as in training: the
+        # robot's own latency, which a plain simulation must add (the runner adds none)
+        self.latency = int(c.get("action_latency_steps", 0))
+        self.pending: list[np.ndarray] = []
 
     def start(self, qpos: np.ndarray, qvel: np.ndarray, gen: torch.Generator) -> None:
         """A new episode from this state (task state reset, last action zero)."""
@@ -132,6 +136,8 @@ class PlainRunner:
         self.sim.refresh()
         self.task.on_reset(self.sim, torch.ones(1, dtype=torch.bool), gen)
         self.builder.last_action[:] = 0.0
+        self.policy.reset()  # a new episode's history and recurrent state
+        self.pending = [np.zeros(self.policy.action_dim)] * self.latency
 
     def step(self, gen: torch.Generator) -> np.ndarray:
         """One control step: observe, act, `substeps` mj_steps. Returns the action."""
@@ -140,7 +146,8 @@ class PlainRunner:
             self.builder.command[:] = task.command[0].numpy()
         action = self.policy.act(self.builder.build(d))  # clipped inside the graph
         task.pre_step(self.sim, gen)
-        d.ctrl[:] = self.policy.ctrl(action)
+        self.pending.append(action)
+        d.ctrl[:] = self.policy.ctrl(self.pending.pop(0))  # this step's, or L steps old
         for _ in range(self.sim.substeps):
             mujoco.mj_step(self.model, d)
         self.sim.refresh()

@@ -31,8 +31,8 @@ def _numbers(v: object) -> tuple[float, ...] | None:
 FIELD_RULES = (
     (lambda name, v: name.endswith("_seconds"), lambda v: all(x > 0 for x in v),
      "> 0 (a duration in seconds)"),
-    (lambda name, v: name == "substeps", lambda v: v[0] >= 1 and v[0] == int(v[0]),
-     "an integer >= 1"),
+    (lambda name, v: name in ("substeps", "obs_history"),
+     lambda v: v[0] >= 1 and v[0] == int(v[0]), "an integer >= 1"),
     (lambda name, v: name.endswith(("_fraction", "_prob", "_probability")),
      lambda v: all(0.0 <= x <= 1.0 for x in v), "in [0, 1] (a probability)"),
     (lambda name, v: isinstance(v, tuple) and len(v) == 2, lambda v: v[0] <= v[1],
@@ -54,6 +54,9 @@ class TaskConfig:
     """physics steps per control step (control dt = substeps * MJCF timestep)"""
     obs_noise: bool = True
     """add each observation term's training noise (never in eval or export)"""
+    obs_history: int = 1
+    """the policy sees its last K observation frames, oldest first (1: the current frame);
+    a new episode's history is K copies of its first frame; the critic sees one frame"""
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field (as `env.NAME`) and what is accepted."""
@@ -161,6 +164,11 @@ class Task(ABC, Generic[C]):
         self.action_scale = torch.tensor(scale, dtype=torch.float32, device=sim.device)
         self.action_offset = torch.tensor(offset, dtype=torch.float32, device=sim.device)
         self._identity_actions = all(s == 1.0 for s in scale) and not any(offset)
+
+    def action_latency_steps(self) -> int:
+        """Control steps between an action and the motors receiving it (action_to_ctrl's
+        delay): the contract's action_latency_steps, which `trot sim2sim` emulates."""
+        return 0
 
     def action_to_ctrl(self, action: Tensor) -> Tensor:
         """[N, A] in [-1, 1] -> ctrl [N, nu]. Override to add latency or filtering."""

@@ -43,6 +43,9 @@ class CartpoleConfig(TaskConfig):
     """balance: terminate when |cart position| exceeds this (m)"""
     ctrl_cost: float = 0.2
     """swing-up: reward factor 1 - ctrl_cost * u^2"""
+    blind: bool = False
+    """the policy sees positions only (cart position, pole direction), no velocities: a
+    test of memory (a GRU or an observation history); the critic still sees them all"""
 
 
 class Cartpole(Task[CartpoleConfig]):
@@ -55,13 +58,16 @@ class Cartpole(Task[CartpoleConfig]):
         add(name="pole_vel", type=mujoco.mjtSensor.mjSENS_JOINTVEL, objtype=mujoco.mjtObj.mjOBJ_JOINT, objname="hinge")
         return spec
 
-    def policy_terms(self) -> tuple[ObsTerm, ...]:
+    def critic_terms(self) -> tuple[ObsTerm, ...]:
         return (
             ObsTerm("cart_pos", "sensor", ("cart_pos",)),
             ObsTerm("pole_axis", "sensor", ("pole_axis",)),
             ObsTerm("cart_vel", "sensor", ("cart_vel",), scale=0.5),
             ObsTerm("pole_vel", "sensor", ("pole_vel",), scale=0.2),
         )
+
+    def policy_terms(self) -> tuple[ObsTerm, ...]:
+        return self.critic_terms()[:2] if self.config.blind else self.critic_terms()
 
     def bind(self, sim: BatchedSim) -> None:
         # start box of [cart, angle, cart vel, angle vel]: lower corner and width
@@ -126,7 +132,12 @@ SWINGUP = replace(BALANCE, swingup=True, init_angle=0.2)
 register("cartpole-balance", Cartpole, BALANCE,
          "keep a pole upright on a cart; +1 per step, ends when it falls (max return 500)",
          agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
-                    epochs=2, minibatches=2), budget=2_000_000)
+                    epochs=2, minibatches=2, rnn_hidden=32), budget=2_000_000)
+register("cartpole-balance-blind", Cartpole, replace(BALANCE, blind=True),
+         "cartpole-balance whose policy sees no velocities: it needs memory (--agent.rnn "
+         "gru or --env.obs-history 4)",
+         agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
+                    epochs=2, minibatches=2, rnn_hidden=32), budget=2_000_000)
 register("cartpole-swingup", Cartpole, SWINGUP,
          "swing a hanging pole up and hold it; smooth upright*centered reward, no early end",
          agent={}, budget=1_500_000)

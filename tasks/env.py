@@ -132,7 +132,7 @@ class Env:
         numbers in `obs` and `final_obs`."""
         if not (self.noise and (self._policy_plan.noisy or self._critic_plan.noisy)):
             return None, None
-        return self._draw(self._policy_plan, self.obs_dim), \
+        return self._draw(self._policy_plan, self.frame_dim), \
             None if self._shared_critic else self._draw(self._critic_plan, self.critic_obs_dim)
 
     def _draw(self, plan: ObsPlan, dim: int) -> Tensor | None:
@@ -169,7 +169,10 @@ class Env:
         self._pool_parts = [get for _, get in sources.values()]
         self._policy_plan = compile_layout(self.policy_layout, ranges, cols, self.device)
         self._critic_plan = compile_layout(self.critic_layout, ranges, cols, self.device)
-        self.obs_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+        # the policy sees its last `history` frames, oldest first: obs_dim = history * frame
+        self.history = int(task.config.obs_history)
+        self.frame_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+        self.obs_dim = self.history * self.frame_dim
 
     def mirrors(self) -> Mirrors:
         """The task's left-right mirror as maps on the policy and critic observations and
@@ -182,7 +185,8 @@ class Env:
             raise ValueError(f"task {self.name!r}: its mirror has {len(declared.command)} "
                              f"command signs, the command has {self.task.command_dim}")
         ctx = mirror.context(declared, self.sim.model)
-        return Mirrors(mirror.observation_map(self.policy_layout, ctx, self.device),
+        return Mirrors(mirror.observation_map(self.policy_layout, ctx, self.device
+                                              ).tiled(self.history),
                        mirror.observation_map(self.critic_layout, ctx, self.device),
                        mirror.action_map(ctx, self.device))
 
@@ -200,8 +204,21 @@ class Env:
         self.stats.restart(self.episode_step == 0 if stagger else None)
         # every staggered first episode has ended by the time limit at the latest
         self._first_episodes_left = self.max_episode_steps if stagger else 0
-        self.obs = self.observe()
+        frame = self.observe()
+        self.obs = Observation(self._stacked(None, frame.policy, None), frame.critic)
         return self.obs
+
+    def _stacked(self, prev: Tensor | None, frame: Tensor, fresh: Tensor | None) -> Tensor:
+        """The policy observation [N, K * P] with `frame` [N, P] as its newest: prev [N, K * P]
+        shifted by one frame, or K copies of the frame (the contract's fill rule: a new
+        episode's history is its first frame) where prev is None or fresh [N] is set."""
+        if self.history == 1:
+            return frame
+        first = frame.repeat(1, self.history)  # [N, K * P]
+        if prev is None:
+            return first
+        shifted = torch.cat([prev[:, self.frame_dim:], frame], 1)
+        return shifted if fresh is None else torch.where(fresh[:, None], first, shifted)
 
     def _reset_envs(self, mask: Tensor) -> None:
         self.task.episode_end(self.sim, mask)
@@ -228,7 +245,9 @@ class Env:
         stable = self.sim.all_stable is True and bad_action is None
 
         noise = self._draw_noise()
-        final = self.observe(noise)
+        prev = self.obs.policy
+        frame = self.observe(noise)
+        final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
         reward, terms = self.task.reward(self.sim, action)
         terminated = self.task.terminated(self.sim) | unstable
         limit = self.episode_step >= self.max_episode_steps
@@ -244,7 +263,8 @@ class Env:
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,
         # noise draw), so the fresh observation is the step's observation for every env
-        self.obs = self.observe(noise)
+        frame = self.observe(noise)
+        self.obs = Observation(self._stacked(prev, frame.policy, done), frame.critic)
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})
 

@@ -304,6 +304,9 @@ class LeggedVelocity(Task[LeggedConfig]):
         dqvel[:, :2] = kick
         sim.kick(due, dqvel)
 
+    def action_latency_steps(self) -> int:
+        return self.config.latency_steps
+
     def action_to_ctrl(self, action: Tensor) -> Tensor:
         """Joint targets; with latency L, the targets of the action from L steps ago."""
         if self.config.latency_steps > 0:

@@ -40,6 +40,12 @@ class MirrorMap:
         """[..., D] -> the mirror image [..., D]."""
         return x.index_select(-1, self.perm) * self.signs
 
+    def tiled(self, k: int) -> "MirrorMap":
+        """The map on k frames side by side [..., k * D] (an observation history)."""
+        d = self.perm.numel()
+        offsets = torch.arange(k, device=self.perm.device).repeat_interleave(d) * d
+        return MirrorMap(self.perm.repeat(k) + offsets, self.signs.repeat(k))
+
 
 @dataclass(frozen=True)
 class Mirrors:

@@ -148,7 +148,9 @@ def _equivalence_worker(rank: int, port: int, out: str) -> None:
     full = _rollout(t, 2 * n, obs, act, seed=11)  # the same data on both ranks
     mine = _rollout(t, n, obs, act, seed=0)
     for f in dataclasses.fields(Rollout):  # this rank's envs: columns [rank*N, (rank+1)*N)
-        getattr(mine, f.name).copy_(getattr(full, f.name)[:, rank * n:(rank + 1) * n])
+        x = getattr(full, f.name)  # [T, N, ...]; state0 [N, S]
+        own = x[rank * n:(rank + 1) * n] if f.name == "state0" else x[:, rank * n:(rank + 1) * n]
+        getattr(mine, f.name).copy_(own)
     two = _update(comm, mine, obs, act)
     if rank == 0:
         one = _update(Comm(), full, obs, act)  # one process holding all 2N envs

@@ -292,7 +292,7 @@ def test_sampled_log_probs_are_the_gaussian_log_density():
     ac = ActorCritic(7, 7, 3, cfg)
     with torch.no_grad():
         ac.actor.log_std.copy_(torch.tensor([-0.5, 0.0, 0.4]))
-        action, log_prob, mean = ac.actor.sample(torch.randn(500, 7))
+        action, log_prob, mean, _ = ac.actor.sample(torch.randn(500, 7))
         dist = ac.actor.dist(torch.zeros(1, 7))  # only for its std
     std = dist.scale[0].double()
     z = (action.double() - mean.double()) / std

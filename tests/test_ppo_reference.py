@@ -184,10 +184,10 @@ def _per_minibatch_advantages(monkeypatch):
     """Advantages normalized per minibatch where the config says per batch."""
     original = PPO._minibatch
 
-    def minibatch(self, b, old_log_std):
+    def minibatch(self, b, mean, old_log_std):
         adv = b.advantages
         return original(self, dataclasses.replace(
-            b, advantages=(adv - adv.mean()) / (adv.std() + 1e-8)), old_log_std)
+            b, advantages=(adv - adv.mean()) / (adv.std() + 1e-8)), mean, old_log_std)
     monkeypatch.setattr(PPO, "_minibatch", minibatch)
 
 

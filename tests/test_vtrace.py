@@ -189,7 +189,7 @@ def test_actor_lag_zero_acts_with_the_current_policy(tmp_path):
         with torch.no_grad():
             for t in range(cfg.agent.rollout_steps):
                 obs = env.obs.policy  # [N, P]
-                action, log_prob, mean = actors[-1].sample(obs, gen)
+                action, log_prob, mean, _ = actors[-1].sample(obs, gen)
                 for name, want in (("obs", obs), ("actions", action),
                                    ("log_probs", log_prob), ("action_mean", mean)):
                     assert torch.equal(getattr(ro, name)[t], want), (it, t, name)
@@ -206,9 +206,9 @@ def test_lagged_actor_acts_with_the_snapshot_k_updates_old(tmp_path):
     seen, after = [], [{k: v.clone() for k, v in tr.ac.actor.state_dict().items()}]
     orig_act = tr.algo.act
 
-    def spy(obs, actor=None, gen=None):
+    def spy(obs, actor=None, gen=None, state=None):
         seen.append({k: v.clone() for k, v in actor.state_dict().items()})
-        return orig_act(obs, actor, gen)
+        return orig_act(obs, actor, gen, state)
 
     tr.algo.act = spy
     for _ in range(5):

@@ -31,6 +31,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from trot.agents.checkpoint import atomic_write
+from trot.agents.networks import Acting
 from trot.runs import load_run
 from trot.tasks.env import Env
 
@@ -224,7 +225,8 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
         raise ValueError("episodes, width, height and fps must be > 0, seconds and skip "
                          ">= 0")
     run = load_run(Path(run_dir), 1, a.seed, sim=a.sim, course=a.course)
-    env, actor = run.env, run.ac.actor
+    env = run.env
+    act = Acting(run.ac.actor, 1, env.device)  # carries a recurrent actor's memory
     model = render_model(env)
     data = mujoco.MjData(model)
     camera = make_camera(model, env.task.command is not None, a.camera)
@@ -252,11 +254,14 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
         for _ in range(a.skip):  # whole episodes, unrendered
             done = False
             while not done:
-                res = env.step(actor(obs.policy).clamp(-1.0, 1.0))
-                obs, done = res.obs, bool(res.terminated[0] | res.truncated[0])
+                res = env.step(act(obs.policy))
+                done = res.terminated | res.truncated
+                act.ended(done)
+                obs, done = res.obs, bool(done[0])
         snap()
         while len(returns) < a.episodes and step < limit:
-            res = env.step(actor(obs.policy).clamp(-1.0, 1.0))
+            res = env.step(act(obs.policy))
+            act.ended(res.terminated | res.truncated)
             obs, step = res.obs, step + 1
             ret += float(res.reward[0])
             t += env.control_dt

@@ -26,6 +26,8 @@ and the fall rate, over the same `--episodes`.
     python benchmarks/locomotion_cpu.py --task go1-rough --budget-min 40 --episodes 128 \
         --out docs/data/go1_rough_curve.csv
 
+Policies with memory: `--agent rnn=gru` (a recurrent actor), `--env obs_history=4`.
+
 A long run may be split: `--resume` continues the run in `--run-dir` from its checkpoint
 (training is bitwise the same as one run) and appends to the rows in `--out`, summing the
 training wall-clock; `--budget-min` is then the total. Every evaluation plays fresh envs
@@ -104,6 +106,8 @@ def main() -> None:
     p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="PPOConfig overrides over the task's registered ones, e.g. "
                         "symmetry=augment epochs=4 (for screening a change)")
+    p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="task config overrides, e.g. obs_history=4")
     a = p.parse_args()
 
     run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
@@ -118,8 +122,9 @@ def main() -> None:
     terrain = "terrain" in {f.name for f in dataclasses.fields(entry.config)}
     if not a.resume:
         agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
+        env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
         cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
-                          env=entry.config, max_env_steps=10**12, run_dir=str(run_dir))
+                          env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir))
         trainer = build(cfg)
         run_dir.mkdir(parents=True, exist_ok=True)
         save_json(run_dir / "config.json", cfg)
@@ -174,7 +179,7 @@ def main() -> None:
         pass
     rate = trainer.env_steps / max(train_s, 1e-9)
     print(f"\ntask={a.task} N={trainer.env.num_envs} seed={trainer.cfg.seed} "
-          f"agent overrides={a.agent or None} "
+          f"agent overrides={a.agent or None} env overrides={a.env or None} "
           f"threads={trainer.env.sim.nthread} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
     print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "

@@ -37,6 +37,8 @@ class CartpoleConfig(TaskConfig):
     """balance: initial pole angle ~ U(-a, a) rad (swing-up: pi + U(-a, a))"""
     init_noise: float = 0.05
     """initial cart position and velocities ~ U(-x, x)"""
+    init_vel_noise: float | None = None
+    """initial velocities ~ U(-v, v) instead (None: init_noise)"""
     max_angle: float = 0.25
     """balance: terminate when |pole angle| exceeds this (rad)"""
     max_cart: float = 1.8
@@ -72,7 +74,8 @@ class Cartpole(Task[CartpoleConfig]):
     def bind(self, sim: BatchedSim) -> None:
         # start box of [cart, angle, cart vel, angle vel]: lower corner and width
         c = self.config
-        half = torch.tensor([c.init_noise, c.init_angle, c.init_noise, c.init_noise])
+        vel = c.init_noise if c.init_vel_noise is None else c.init_vel_noise
+        half = torch.tensor([c.init_noise, c.init_angle, vel, vel])
         center = torch.tensor([0.0, math.pi if c.swingup else 0.0, 0.0, 0.0])
         self._start_low = (center - half).to(sim.device)
         self._start_width = (2 * half).to(sim.device)
@@ -133,9 +136,11 @@ register("cartpole-balance", Cartpole, BALANCE,
          "keep a pole upright on a cart; +1 per step, ends when it falls (max return 500)",
          agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
                     epochs=2, minibatches=2, rnn_hidden=32), budget=2_000_000)
-register("cartpole-balance-blind", Cartpole, replace(BALANCE, blind=True),
-         "cartpole-balance whose policy sees no velocities: it needs memory (--agent.rnn "
-         "gru or --env.obs-history 4)",
+# blind: the start velocities are wide (U(-1, 1)), so that what the pole does next
+# depends on a velocity the policy must infer from successive positions
+register("cartpole-balance-blind", Cartpole, replace(BALANCE, blind=True, init_vel_noise=1.0),
+         "cartpole-balance whose policy sees no velocities, started with velocities up to "
+         "1: it needs memory (--agent.rnn gru or --env.obs-history 4)",
          agent=dict(actor_hidden=(32,), critic_hidden=(32,), activation="relu",
                     epochs=2, minibatches=2, rnn_hidden=32), budget=2_000_000)
 register("cartpole-swingup", Cartpole, SWINGUP,

@@ -5,6 +5,7 @@ ONNX metadata is refused, naming the field: at load by the model.xml check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -158,3 +159,29 @@ def test_untampered_rewrite_loads(tmp_path):
     d = _tampered(tmp_path / "export", lambda c: None)  # the rewrite itself is harmless
     assert OnnxPolicy(d).contract == OnnxPolicy(WALKER).contract
     PlainRunner(d)
+
+
+def test_sim2sim_applies_the_contracts_action_latency(tmp_path):
+    """With action_latency_steps L in the contract, plain MuJoCo receives each action L
+    control steps late (zero actions before the first), as the training env's motors did;
+    with L = 0 at once. The contract's L is the task's latency_steps. The bugs: sim2sim
+    ignoring the latency (the contract 3 behaviour), an off-by-one in the queue, the
+    queue not refilled at an episode's start."""
+    import torch
+
+    env = make_env("go1-flat", 1, config=dataclasses.replace(get_task("go1-flat").config,
+                                                             latency_steps=2))
+    assert build_contract(env, env.task.config, 0, OPSET, "", {})["action_latency_steps"] == 2
+    for latency in (0, 2):
+        d = _tampered(tmp_path / f"latency{latency}",
+                      lambda c, n=latency: c.update(action_latency_steps=n))
+        r = PlainRunner(d)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(2):  # two episodes: the second starts with a fresh queue
+            qpos, qvel = r.task.initial_state(r.sim, gen)
+            r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
+            actions = []
+            for k in range(5):
+                actions.append(r.step(gen))
+                sent = actions[k - latency] if k >= latency else np.zeros(12)
+                np.testing.assert_allclose(r.data.ctrl, r.policy.ctrl(sent), atol=1e-12)

@@ -50,17 +50,24 @@ def run_episodes(env: Env, policy: Actor | Callable[[Tensor], Tensor],
            "terminated_rate": term.float().mean().item()}
     for k, seq in traces.items():
         x = torch.stack(seq)  # [T, N], NaN after each env's episode ended
-        out[k] = _nanmean_per_env(x).mean().item()
+        out[k] = _mean_over_envs(_nanmean_per_env(x))
         halves = [_nanmean_per_env(_second_half(x[:, i])) for i in range(n)]
-        out[f"{k}_second_half"] = torch.stack(halves).mean().item()
+        out[f"{k}_second_half"] = _mean_over_envs(torch.stack(halves))
     for k, v in final.items():  # NaN where the outcome does not apply to an env
         out[k] = v.nanmean().item() if bool((~v.isnan()).any()) else None
     return out | env.task.summarize(out)
 
 
 def _nanmean_per_env(x: Tensor) -> Tensor:
+    """[T, N] -> [N]: each env's mean over its defined (non-NaN) steps; NaN where a metric
+    was never defined in its episode (e.g. a gait event that never happened)."""
     valid = ~x.isnan()
-    return torch.where(valid, x, 0.0).sum(0) / valid.sum(0).clamp(min=1)
+    return torch.where(valid, x, 0.0).sum(0) / valid.sum(0)
+
+
+def _mean_over_envs(x: Tensor) -> float | None:
+    """The mean over the envs where the metric was defined; None where it never was."""
+    return x.nanmean().item() if bool((~x.isnan()).any()) else None
 
 
 def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played

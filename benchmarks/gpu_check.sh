@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mjx backend on a CUDA machine: install, test, benchmark. One script, under 8 minutes
-# (then an optional go1-rough step, if the clock allows, ending by 9.5 minutes).
+# (then optional go1-rough and g1-flat steps, if the clock allows, ending by 9.6 minutes).
 #
 #   bash benchmarks/gpu_check.sh            # logs and bench.json/.txt under $OUT if set
 #
@@ -93,14 +93,25 @@ else
 fi
 
 step "optional: go1-rough on the GPU (heightfield contacts in MJX)"
-left=$(( 560 - ($(date +%s) - T0) ))
-if [ "$left" -lt 90 ]; then
+left=$(( 520 - ($(date +%s) - T0) ))
+if [ "$left" -lt 60 ]; then
   echo "only ${left} s left: skipping go1-rough"
 else
   mkdir -p "$LOGDIR/rough"
   timeout "$left" $PY benchmarks/gpu_bench.py --task go1-rough --device cuda --sizes 1024,4096 \
     --steps 100 --train-iters 5 --train-envs 4096 --train-seconds 20 --out "$LOGDIR/rough" \
     || echo "go1-rough step FAILED or timed out (optional: exit status unchanged)"
+fi
+
+step "optional: g1-flat on the GPU (the humanoid: box soles, self-collision pairs)"
+left=$(( 575 - ($(date +%s) - T0) ))
+if [ "$left" -lt 45 ]; then
+  echo "only ${left} s left: skipping g1-flat"
+else
+  mkdir -p "$LOGDIR/g1"
+  timeout "$left" $PY benchmarks/gpu_bench.py --task g1-flat --device cuda --sizes 1024,4096 \
+    --steps 100 --train-iters 5 --train-envs 4096 --train-seconds 15 --out "$LOGDIR/g1" \
+    || echo "g1-flat step FAILED or timed out (optional: exit status unchanged)"
 fi
 
 step "done (exit $status)"

@@ -26,6 +26,13 @@ and the fall rate, over the same `--episodes`.
     python benchmarks/locomotion_cpu.py --task go1-rough --budget-min 40 --episodes 128 \
         --out docs/data/go1_rough_curve.csv
 
+Legged tasks add gait columns (tasks/gait.py: duty factor per foot, flight share, swing
+height, stance slip, phase offset between the first two feet), measured while the
+commanded speed is above 0.2 m/s.
+
+    python benchmarks/locomotion_cpu.py --task g1-flat --budget-min 120 --episodes 128 \
+        --max-error 0.25 --max-falls 0.05 --out docs/data/g1_curve.csv
+
 Policies with memory: `--agent rnn=gru` (a recurrent actor), `--env obs_history=4`.
 
 A long run may be split: `--resume` continues the run in `--run-dir` from its checkpoint
@@ -63,8 +70,9 @@ def evaluate_now(task: str, config, actor, episodes: int, seed: int) -> dict[str
     return {"lin_vel_error": r["lin_vel_error"], "yaw_rate_error": r["yaw_rate_error"],
             "fall_rate": r["terminated_rate"], "episode_s": r["mean_length"] * env.control_dt,
             "energy_per_meter": r["power"] / max(r["speed"], 1e-6)} | {
-            k.replace("crossed/", "crossed_"): math.nan if v is None else v
-            for k, v in r.items() if k.startswith("crossed/")}
+            k.replace("/", "_"): math.nan if v is None else v
+            for k, v in r.items() if k.startswith(("crossed/", "gait/"))
+            and not k.endswith("_second_half")}
 
 
 def evaluate_course(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
@@ -159,9 +167,9 @@ def main() -> None:
                                                       a.episodes, seed)
         rows.append(row)
         print(" ".join(f"{row[c]:>16.4g}" for c in COLUMNS), flush=True)
-        if terrain:
-            print("   " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
-                                    if k not in COLUMNS), flush=True)
+        extra = [f"{k} {v:.3g}" for k, v in row.items() if k not in COLUMNS]
+        if extra:  # terrain and gait columns
+            print("   " + ", ".join(extra), flush=True)
         if hit is None and row["lin_vel_error"] <= a.max_error and \
                 row["fall_rate"] <= a.max_falls:
             hit = train_s

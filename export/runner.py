@@ -337,6 +337,7 @@ class ObservationBuilder:
         self.dim = int(contract["obs_dim"])
         self.command = np.zeros(int(contract["command_dim"]))
         self.last_action = np.zeros(int(contract["action_dim"]))
+        self.time = 0.0  # s since this episode began: the gait clock terms read it
         self._model, self._maps = model, None
         self._sensor = {}
         for i in range(model.nsensor):

@@ -7,6 +7,7 @@ layout) must be what the contract says."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import mujoco
@@ -136,6 +137,7 @@ class PlainRunner:
         self.sim.refresh()
         self.task.on_reset(self.sim, torch.ones(1, dtype=torch.bool), gen)
         self.builder.last_action[:] = 0.0
+        self.builder.time = 0.0
         self.policy.reset()  # a new episode's history and recurrent state
         self.pending = [np.zeros(self.policy.action_dim)] * self.latency
 
@@ -152,6 +154,7 @@ class PlainRunner:
             mujoco.mj_step(self.model, d)
         self.sim.refresh()
         self.builder.last_action[:] = action
+        self.builder.time += self.sim.control_dt
         return action
 
 
@@ -171,13 +174,15 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     for _ in range(episodes):  # no Task.episode_end: no curriculum between episodes
         qpos, qvel = task.initial_state(sim, gen)
         r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
-        ret, steps, sums = 0.0, 0, {}
+        ret, steps, sums = 0.0, 0, {}  # metric -> (sum, count) of its defined values
         for steps in range(1, max_steps + 1):
             action = r.step(gen)
             act_t = torch.tensor(action, dtype=torch.float32)[None]
             ret += float(task.reward(sim, act_t)[0][0])
-            for k, v in task.eval_metrics(sim).items():
-                sums[k] = sums.get(k, 0.0) + float(v[0])
+            for k, v in task.eval_metrics(sim).items():  # NaN: undefined at this step
+                total, count = sums.get(k, (0.0, 0))
+                x = float(v[0])
+                sums[k] = (total, count) if math.isnan(x) else (total + x, count + 1)
             if trajectory is not None:
                 traj.append(np.concatenate([data.qpos, data.qvel, action]))
             fell = bool(task.terminated(sim)[0])
@@ -190,15 +195,15 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 break
         returns.append(ret)
         lengths.append(steps)
-        for k, v in sums.items():
-            metrics.setdefault(k, []).append(v / steps)
+        for k, (total, count) in sums.items():
+            metrics.setdefault(k, []).extend([total / count] if count else [])
     if trajectory is not None:
         np.savez(trajectory, steps=np.asarray(traj), nq=r.model.nq, nv=r.model.nv)
     rets = np.asarray(returns)
     out = {"mean_return": float(rets.mean()), "std_return": float(rets.std()),
            "episodes": float(episodes), "mean_length": float(np.mean(lengths)),
            "terminated_rate": falls / episodes}
-    out |= {k: float(np.mean(v)) for k, v in metrics.items()}
+    out |= {k: float(np.mean(v)) if v else None for k, v in metrics.items()}
     out |= {k: float(np.mean(v)) for k, v in outcomes.items()}
     return out | task.summarize(out) | {
         "env_steps": float(r.policy.contract["training_env_steps"]),

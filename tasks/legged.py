@@ -27,6 +27,7 @@ from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks import legged_robot as lr
 from trot.tasks import locomotion as loco
 from trot.tasks.base import Task
+from trot.tasks.gait import GaitTracker
 from trot.tasks.legged_config import COMMANDS, LeggedConfig, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.mirror import Mirror
@@ -154,6 +155,8 @@ class LeggedVelocity(Task[LeggedConfig]):
         self._s_jvel = block([f"{j}_vel" for j in r.joints])
         self._s_tau = block([f"{j}_torque" for j in r.joints])
         self._s_feet = block([f"{f}_contact" for f in r.feet])
+        self._s_feet_pos = block([f"{f}_pos" for f in r.feet])  # [N, 3F] world
+        self._s_feet_vel = block([f"{f}_vel" for f in r.feet])
         self._s_fall = block(self._contacts(r.terminate_contacts))
         self._s_penalized = block(self._contacts(r.penalize_contacts))
         one = lambda k: slice(slices[k].start, slices[k].start + slices[k].size)  # noqa: E731
@@ -190,6 +193,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         nfeet = len(self.robot.feet)
         self._air_time = torch.zeros(n, nfeet, **f32)
         self._last_contact = torch.zeros(n, nfeet, dtype=torch.bool, device=dev)
+        self._gait = GaitTracker(n, self.robot.feet, self.dt, dev)  # evaluation only
         if c.latency_steps < 0:
             raise ValueError(f"latency_steps must be >= 0, got {c.latency_steps}")
         self._latency = torch.zeros(c.latency_steps, n, m.nu, **f32)  # ring of pending actions
@@ -237,6 +241,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         self._air_time.masked_fill_(m1, 0.0)
         self._last_contact.masked_fill_(m1, False)
         self._latency.masked_fill_(mask[None, :, None], 0.0)
+        self._gait.reset(mask)
         if c.randomize:
             self._randomize(sim, mask, gen)
 
@@ -334,7 +339,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         vel, gyro, gravity = d[:, self._s_vel], d[:, self._s_gyro], self._gravity(sim)
         jvel, tau = d[:, self._s_jvel], d[:, self._s_tau]
         cmd = self._cmd_seen
-        contact = d[:, self._s_feet] > c.contact_threshold
+        contact = self._foot_contact(sim)
         air, self._air_time, self._last_contact = loco.feet_air_time(
             contact, self._last_contact, self._air_time, self.dt, cmd[:, :2],
             c.air_time_target)
@@ -365,7 +370,7 @@ class LeggedVelocity(Task[LeggedConfig]):
     def eval_metrics(self, sim: BatchedSim) -> dict[str, Tensor]:
         """lin_vel_error (m/s, planar, base frame), yaw_rate_error (rad/s), power (W, sum of
         |torque x joint speed|) and speed (m/s, planar, world): energy per meter is
-        mean(power) / mean(speed)."""
+        mean(power) / mean(speed); and the gait/ metrics of tasks/gait.py."""
         d, cmd = sim.sensordata, self._cmd_seen
         vel, gyro = d[:, self._s_vel], d[:, self._s_gyro]
         return {
@@ -373,7 +378,14 @@ class LeggedVelocity(Task[LeggedConfig]):
             "yaw_rate_error": (cmd[:, 2] - gyro[:, 2]).abs(),
             "power": (d[:, self._s_tau] * d[:, self._s_jvel]).abs().sum(-1),
             "speed": sim.qvel[:, :2].norm(dim=-1),
-        }
+        } | self._gait.update(self._foot_contact(sim), self._feet_pos(sim),
+                              cmd[:, :2].norm(dim=-1))
+
+    def _foot_contact(self, sim: BatchedSim) -> Tensor:  # [N, F] bool
+        return sim.sensordata[:, self._s_feet] > self.config.contact_threshold
+
+    def _feet_pos(self, sim: BatchedSim) -> Tensor:  # [N, F, 3] world
+        return sim.sensordata[:, self._s_feet_pos].unflatten(1, (-1, 3))
 
     def summarize(self, means: dict[str, float]) -> dict[str, float]:
         """fall_rate (episodes ended by a fall), episode_seconds, and energy_per_meter (J/m):

@@ -4,8 +4,9 @@
 The MJCF needs nothing trot-specific. `prepare` adds, by MjSpec edits: a floor (where the
 model has no plane), the IMU and base sites, and the sensors the task reads: gyro,
 accelerometer, orientation and up-vector at the IMU; base velocity and position; joint
-position, velocity and actuator torque per policy joint; a touch sensor per foot and per
-colliding geom of the contact bodies, on a site that encloses the geom (TOUCH_MARGIN).
+position, velocity and actuator torque per policy joint; per foot a touch sensor and its
+world position and velocity; a touch sensor per colliding geom of the contact bodies. A
+touch sensor sits on a site that encloses its geom (TOUCH_MARGIN).
 
 PD gains: the MJCF's position actuators are used as they are, unless the description sets
 `kp`/`kd`, which then win for every policy joint (and a joint without an actuator gets a
@@ -219,6 +220,9 @@ def _add_sensors(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
         g = spec.geom(foot)
         _touch_site(g.parent, g, f"{foot}_touch")
         sensor(f"{foot}_contact", _SENS.mjSENS_TOUCH, _OBJ.mjOBJ_SITE, f"{foot}_touch")
+    for suffix, kind in (("pos", _SENS.mjSENS_FRAMEPOS), ("vel", _SENS.mjSENS_FRAMELINVEL)):
+        for foot in robot.feet:  # world frame: clearance, slip and the gait metrics
+            sensor(f"{foot}_{suffix}", kind, _OBJ.mjOBJ_GEOM, foot)
     sensor("base_linvel", _SENS.mjSENS_VELOCIMETER, _OBJ.mjOBJ_SITE, "base")
     sensor("base_pos", _SENS.mjSENS_FRAMEPOS, _OBJ.mjOBJ_SITE, "base")
     for b in (*robot.terminate_contacts, *robot.penalize_contacts):

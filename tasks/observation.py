@@ -7,7 +7,8 @@ last action; `qpos`/`qvel` slices, `data` (a slice of a flattened MjData field t
 tracks, `Task.data_fields`, optionally clipped first) and `param` (a slice of a flattened
 per-env model parameter, e.g. the randomized floor friction) exist for privileged terms;
 `height_scan` is the base's height above the terrain at a grid of points around it
-(trot/heightfield.py), privileged by default (on a robot it comes from perception).
+(trot/heightfield.py), privileged by default (on a robot it comes from perception);
+`clock` is a gait clock's [sin, cos] phase, from the time since the episode began.
 The robot runner (export/runner.py) refuses `data` and `param` terms: no robot measures them.
 """
 
@@ -30,8 +31,8 @@ class ObsTerm:
 
     name: str
     kind: str
-    """the source: sensor, qpos, qvel, command, last_action, data, param or height_scan
-    (SOURCE_KINDS)"""
+    """the source: sensor, qpos, qvel, command, last_action, data, param, height_scan or
+    clock (SOURCE_KINDS)"""
     sensors: tuple[str, ...] = ()
     """for kind='sensor': MJCF sensor names, concatenated in this order"""
     start: int = 0
@@ -53,6 +54,8 @@ class ObsTerm:
     """for kind='height_scan': (length x, length y, spacing) of the scan grid (m), centred
     on the base in its yaw-aligned frame (trot/heightfield.py); (0, 0, 1) is the one point
     under the base. `start` is the base's free-joint qpos address"""
+    period: float = 0.0
+    """for kind='clock': the cycle (s) of its [sin, cos] phase features"""
     mirror: tuple[float, ...] = ()
     """signs of the term's values under the left-right mirror, order kept (symmetry
     augmentation); empty: its kind's rule (trot/observation_kinds.py), which data/param
@@ -74,6 +77,9 @@ class ObsTerm:
         if (self.kind == "height_scan") != bool(self.grid):
             raise ValueError(f"observation term {self.name!r}: kind='height_scan' needs a "
                              "grid (lx, ly, spacing), and only it takes one")
+        if (self.kind == "clock") != (self.period > 0):
+            raise ValueError(f"observation term {self.name!r}: kind='clock' needs a period "
+                             f"> 0 (s), and only it takes one; got {self.period}")
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from trot.tasks.g1 import G1
 from trot.tasks.go1 import GO1
 from trot.tasks.go2 import GO2
 from trot.tasks.legged import LeggedVelocity, config_for
-from trot.tasks.legged_robot import LeggedRobot
+from trot.tasks.legged_robot import LeggedRobot, prepare
 
 DATA = Path(__file__).parent / "data"
 EXTERNAL = DATA / "other_quadruped.xml"
@@ -58,13 +59,13 @@ def test_go1_flat_matches_its_record_from_before_the_refactor():
         assert np.array_equal(now[k], saved[k]), f"{k} differs from the recorded go1-flat"
 
 
-@pytest.mark.parametrize("robot", [GO1, GO2, _external()], ids=["go1", "go2", "external"])
+@pytest.mark.parametrize("robot", [GO1, GO2, G1, _external()],
+                         ids=["go1", "go2", "g1", "external"])
 def test_mirror_matches_the_model_geometry(robot):
     """Each joint's mirror sits at its reflected anchor (y -> -y) and its sign follows from
     the axes: reflecting a rotation about a by angle q gives one about M a by -q, so the
     mirror joint's angle is -q where its axis is M a and +q where it is -M a."""
-    task = type("T", (LeggedVelocity,), {"robot": robot})(config_for(robot))
-    m = task.build().compile()
+    m = prepare(robot).compile()
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY,
                                                         robot.home))

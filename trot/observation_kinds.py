@@ -294,6 +294,28 @@ def _mirror_scan(t, size: int, ctx: MirrorContext) -> Perm:
     return hf.mirror_permutation(t.grid), [1.0] * size
 
 
+def _clock_source(env, t):
+    """[sin, cos] of 2 pi t / period, t the task's time since each env's episode began
+    (`Task.clock_seconds`, [N] s)."""
+    import torch
+
+    read = getattr(env.task, "clock_seconds", None)
+    if read is None:
+        raise ValueError(f"observation term {t.name!r}: kind='clock' needs a task with a "
+                         f"clock (clock_seconds); {type(env.task).__name__} has none")
+
+    def features():
+        angle = read() * (2 * np.pi / t.period)  # [N]
+        return torch.stack([torch.sin(angle), torch.cos(angle)], 1)
+    return 2, features
+
+
+def _robot_clock(builder, src: dict, data) -> np.ndarray:
+    """The runner's `time` (s since the robot started this episode, set by its loop)."""
+    angle = 2 * np.pi * builder.time / src["period"]
+    return np.array([np.sin(angle), np.cos(angle)])
+
+
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("sensor", size=_sensor_size, pool=lambda t: "sensor",
          source=lambda env, t: (env.sim.model.nsensordata, lambda: env.sim.sensordata),
@@ -312,4 +334,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          pool=lambda t: f"height_scan:{t.start}:{t.grid}:{t.noise > 0}", source=_scan_source,
          columns=_whole, to_json=_scan_json, robot=_robot_scan, mirror=_mirror_scan,
          clippable=True),
+    # a gait clock: [sin, cos] of the cycle's phase. Its mirror image is the same two-beat
+    # gait half a cycle later (left and right feet swap), which negates both
+    Kind("clock", size=lambda t, s: 2, pool=lambda t: f"clock:{t.period}",
+         source=_clock_source, columns=_whole,
+         to_json=lambda t: {"period": t.period, "value": "[sin, cos](2 pi time / period)",
+                            "time": "s since the episode began"},
+         robot=_robot_clock, mirror=lambda t, size, ctx: ([0, 1], [-1.0, -1.0])),
 )}

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from contract_edit import edited_export
 
 import trot.export.onnx as export_onnx
 from trot.agents.checkpoint import load_checkpoint
@@ -78,20 +79,6 @@ def _copy_export(run_dir: Path, dst: Path) -> Path:
 
 def _files(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
-
-
-def _rewrite_contract(d: Path, **changes) -> None:
-    """Edit policy.json AND the contract inside policy.onnx consistently, so that the check
-    after the json/onnx agreement is the one that must fire."""
-    c = json.loads((d / "policy.json").read_text())
-    c.update(changes)
-    text = json.dumps(c, indent=2, sort_keys=True) + "\n"
-    (d / "policy.json").write_text(text)
-    model = onnx.load(str(d / "policy.onnx"))
-    for p in model.metadata_props:
-        if p.key == "trot":
-            p.value = text
-    onnx.save(model, str(d / "policy.onnx"))
 
 
 # ---------------------------------------------------------------------------- 1. parity
@@ -228,13 +215,10 @@ def test_each_contract_check_fires_on_its_own(small_run, tmp_path):
     for field, value, pattern in (("obs_dim", c["obs_dim"] + 1, "obs_dim"),
                                   ("action_dim", c["action_dim"] + 1, "action_dim"),
                                   ("model_xml_sha256", "0" * 64, "hash")):
-        d = _copy_export(small_run, tmp_path / field)
-        _rewrite_contract(d, **{field: value})
+        d = edited_export(small_run, tmp_path / field, lambda c: c.update({field: value}))
         with pytest.raises(ContractError, match=pattern):
             OnnxPolicy(d)
-    d = _copy_export(small_run, tmp_path / "untouched")
-    _rewrite_contract(d)  # the rewrite itself is harmless
-    OnnxPolicy(d)
+    OnnxPolicy(edited_export(small_run, tmp_path / "untouched", lambda c: None))  # harmless
 
 
 def test_modified_model_xml_fails_hash(small_run, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+from contract_edit import edited_export
 
 from trot.export.contract import build_contract
 from trot.export.onnx import OPSET
@@ -63,21 +64,8 @@ def test_committed_walker_is_what_the_exporter_writes_today(policy):
 
 
 def _tampered(d: Path, edit) -> Path:
-    """The walker re-exported with `edit(contract)` applied to policy.json AND the contract
-    inside policy.onnx, so the json/onnx agreement holds and only the model can object."""
-    import onnx
-
-    d.mkdir()
-    for name in ("policy.onnx", "model.xml"):
-        (d / name).write_bytes((WALKER / name).read_bytes())
-    c = json.loads((WALKER / "policy.json").read_text())
-    edit(c)
-    text = json.dumps(c, indent=2, sort_keys=True) + "\n"
-    (d / "policy.json").write_text(text)
-    graph = onnx.load(str(d / "policy.onnx"))
-    next(p for p in graph.metadata_props if p.key == "trot").value = text
-    onnx.save(graph, str(d / "policy.onnx"))
-    return d
+    """The walker re-exported with `edit(contract)` (contract_edit.edited_export)."""
+    return edited_export(WALKER, d, edit)
 
 
 def _swap(c: dict, field: str, i: int, j: int, key: str | None = None) -> None:

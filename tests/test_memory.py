@@ -4,13 +4,12 @@ learner, the env, the export and the torch-free runner."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
+from contract_edit import edited_export
 
 from trot.agents.config import PPOConfig
 from trot.agents.networks import Acting, Actor, reset_state
@@ -239,22 +238,6 @@ def test_runner_and_torch_agree_across_resets(variant, tmp_path):
         one.act(frames[1].numpy())  # 16 robots where its memory holds one
 
 
-def _retyped(src: Path, dst: Path, edit) -> Path:
-    """The export with edit(contract) in policy.json and inside policy.onnx alike."""
-    dst.mkdir()
-    for p in src.iterdir():
-        if p.is_file() and p.suffix in (".onnx", ".json", ".xml"):
-            (dst / p.name).write_bytes(p.read_bytes())
-    c = json.loads((dst / "policy.json").read_text())
-    edit(c)
-    text = json.dumps(c, indent=2, sort_keys=True) + "\n"
-    (dst / "policy.json").write_text(text)
-    graph = onnx.load(str(dst / "policy.onnx"))
-    next(p for p in graph.metadata_props if p.key == "trot").value = text
-    onnx.save(graph, str(dst / "policy.onnx"))
-    return dst
-
-
 def test_a_contract_whose_memory_is_not_the_graphs_is_refused(tmp_path):
     """A state size, a state name, a missing state or a history length that the ONNX graph
     does not have: refused at load, naming the input."""
@@ -267,7 +250,7 @@ def test_a_contract_whose_memory_is_not_the_graphs_is_refused(tmp_path):
     }
     for name, (edit, match) in edits.items():
         with pytest.raises(ContractError, match=match):
-            OnnxPolicy(_retyped(run_dir, tmp_path / name, edit))
+            OnnxPolicy(edited_export(run_dir, tmp_path / name, edit))
 
 
 def test_recurrent_parity_failure_writes_nothing(tmp_path, monkeypatch):

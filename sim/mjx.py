@@ -9,6 +9,10 @@ Implementations (`impl`): "warp" (MuJoCo Warp kernels called from XLA; NVIDIA GP
 sim runs on a CUDA device and warp-lang imports, else "jax" (MJX's pure-JAX physics, any XLA
 device). Override with the `impl=` argument or the environment variable TROT_MJX_IMPL.
 
+Per env step, two XLA executions: the step program and the reset program (empty masks
+included). `kick` and `set_params` are torch ops on DLPack views of the qvel leaf and the
+parameter tables, read by the next program; the model's leaves are flattened once.
+
 Domain randomization: the fields of `RANDOMIZABLE_FIELDS` live in per-env tables [N, ...]
 that replace the model's fields, and `vmap` maps over exactly those (`in_axes=0`) while the
 rest of the model is shared (`in_axes=None`). The set of batched fields is part of the jitted
@@ -49,12 +53,14 @@ from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
                            sensor_slices, sensor_view)
 from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
                                  to_jax, to_torch, warp_available)
-from trot.sim.mjx_programs import (_broadcast_data, _flat, _kicked,
-                                   _masked_rows, _programs)
+from trot.sim.mjx_programs import _broadcast_data, _flat, _programs
 
 __all__ = ["IMPLS", "IMPL_ENV", "MjxSim", "jax_device", "resolve_impl", "to_jax", "to_torch",
            "warp_available"]
 
+RESET_SHARE = 16
+"""MJX-JAX resets up to N / RESET_SHARE envs per step by gathering them (their forward
+only); a step that ends more forwards the whole batch, in the same program"""
 WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
 
 
@@ -156,7 +162,12 @@ class MjxSim:
         for f in batched:
             check_field(model, f)
         self._params: dict[str, jax.Array] = {f: self._base_table(f) for f in sorted(batched)}
-        self._ms, self._m_leaves = _flat(self._batched_model())
+        # the model's leaves, flattened once: its per-env tables travel beside it
+        self._ms, self._m_leaves = _flat(self._mx)
+        # kept referenced until a program's output is imported (jax_bridge's lifetime rule)
+        self._handed: dict[str, Tensor] = {}
+        # reset by gathering at most this many envs (MJX-JAX); Warp forwards the batch
+        self.reset_capacity = max(1, n // RESET_SHARE) if self.impl == "jax" else None
 
         # state: the batched mjx.Data as flat leaves (see _Structure)
         qpos0 = jax.device_put(np.tile(model.qpos0.astype(np.float32), (n, 1)), self._jdev)
@@ -226,7 +237,10 @@ class MjxSim:
 
     # ------------------------------------------------------------------ programs
     def _fns(self):
-        return _programs(self.substeps, tuple(self._params), self._rne)
+        return _programs(self.substeps, tuple(self._params), self._rne, self.reset_capacity)
+
+    def _tables(self) -> tuple[jax.Array, ...]:
+        return tuple(self._params.values())
 
     def _warm_up(self) -> None:
         """Compile step and reset for the current set of batched fields (once per set). On
@@ -240,11 +254,11 @@ class MjxSim:
         mask = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
         ctrl = jax.device_put(np.zeros((n, nu), dtype=np.float32), self._jdev)
         # results are discarded: JAX programs do not mutate their inputs
-        jobs = [lambda: reset(self._ms, self._ds, self._d0s, self._m_leaves, self._d_leaves,
-                              self._d0_leaves, self._unstable, mask, self._leaf("qpos"),
-                              self._leaf("qvel")),
-                lambda: step(self._ms, self._ds, self._m_leaves, self._d_leaves,
-                             self._unstable, self._overflow_steps, ctrl)]
+        jobs = [lambda: reset(self._ms, self._ds, self._d0s, self._m_leaves, self._tables(),
+                              self._d_leaves, self._d0_leaves, self._unstable, mask,
+                              self._leaf("qpos"), self._leaf("qvel")),
+                lambda: step(self._ms, self._ds, self._m_leaves, self._tables(),
+                             self._d_leaves, self._unstable, self._overflow_steps, ctrl)]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(len(jobs) if self.impl == "jax" else 1) as pool:
             for out in [pool.submit(job) for job in jobs]:
@@ -263,10 +277,12 @@ class MjxSim:
         ctrl_t = ctrl.to(self.device, torch.float32).contiguous()
         step, _ = self._fns()
         self._d_leaves, self._unstable, self._overflow, self._overflow_steps = step(
-            self._ms, self._ds, self._m_leaves, self._d_leaves, self._unstable,
-            self._overflow_steps, to_jax(ctrl_t))
+            self._ms, self._ds, self._m_leaves, self._tables(), self._d_leaves,
+            self._unstable, self._overflow_steps, to_jax(ctrl_t))
         self._refresh()
-        del ctrl_t  # released only now: torch's stream is ordered after the step (see top)
+        # released only now: torch's stream is ordered after the step (see top)
+        del ctrl_t
+        self._handed.pop("qvel", None)
 
     def _refresh(self) -> None:
         self.qpos = to_torch(self._leaf("qpos"))
@@ -289,20 +305,23 @@ class MjxSim:
                   qvel.to(self.device, torch.float32).contiguous())
         _, reset = self._fns()
         self._d_leaves, self._unstable, self._overflow = reset(
-            self._ms, self._ds, self._d0s, self._m_leaves, self._d_leaves, self._d0_leaves,
-            self._unstable, *(to_jax(t) for t in inputs))
+            self._ms, self._ds, self._d0s, self._m_leaves, self._tables(), self._d_leaves,
+            self._d0_leaves, self._unstable, *(to_jax(t) for t in inputs))
         self._refresh()
         del inputs  # see step()
+        self._handed.pop("qvel", None)
 
     def kick(self, mask: Tensor, dqvel: Tensor) -> None:
-        inputs = (mask.to(self.device, torch.bool).contiguous(),
-                  dqvel.to(self.device, torch.float32).contiguous())
+        """qvel += dqvel where mask, in torch: no program of its own (the next step or reset
+        reads the kicked qvel)."""
+        mask = mask.to(self.device, torch.bool)
+        kicked = torch.where(mask[:, None], dqvel.to(self.device, torch.float32), 0.0)
+        kicked = kicked.add_(self.qvel).contiguous()  # [N, nv]
+        self._handed["qvel"] = kicked
         leaves = list(self._d_leaves)
-        i = self._idx["qvel"]
-        leaves[i] = _kicked(leaves[i], *(to_jax(t) for t in inputs))
+        leaves[self._idx["qvel"]] = to_jax(kicked)
         self._d_leaves = type(self._d_leaves)(leaves)
-        self._refresh()
-        del inputs  # see step()
+        self.qvel = kicked
 
     # ------------------------------------------------------------------ randomization
     def _base_values(self, field: str) -> np.ndarray:
@@ -314,9 +333,6 @@ class MjxSim:
     def _base_table(self, field: str) -> jax.Array:
         return jax.device_put(self._base_values(field), self._jdev)
 
-    def _batched_model(self):
-        return self._mx.tree_replace(dict(self._params)) if self._params else self._mx
-
     def set_params(self, field: str, mask: Tensor, values: Tensor) -> None:
         shape = check_field(self.model, field)
         if tuple(values.shape) != (self.num_envs, *shape):
@@ -326,19 +342,17 @@ class MjxSim:
             )
         if tuple(mask.shape) != (self.num_envs,):
             raise ValueError(f"mask must have shape {(self.num_envs,)}, got {tuple(mask.shape)}")
-        inputs = (mask.to(self.device, torch.bool).contiguous(),
-                  values.to(self.device, torch.float32).contiguous())
-        mask_j, values_j = (to_jax(t) for t in inputs)
         new_field = field not in self._params
-        table = self._base_table(field) if new_field else self._params[field]
-        self._params[field] = _masked_rows(table, mask_j, values_j)
+        table = to_torch(self._base_table(field) if new_field else self._params[field])
+        rows = mask.to(self.device, torch.bool).reshape(-1, *([1] * len(shape)))
+        # in torch, on its stream: no program of its own, no model re-flatten; the programs
+        # read the table through DLPack
+        new = torch.where(rows, values.to(self.device, torch.float32), table).contiguous()
+        self._handed[f"param/{field}"] = new
+        self._params[field] = to_jax(new)
         if new_field:  # a new set of batched fields: one new program (cached per set)
             self._params = dict(sorted(self._params.items()))
-        self._ms, self._m_leaves = _flat(self._batched_model())
-        if new_field:
             self._warm_up()
-        to_torch(self._params[field])  # orders torch after the update (see top); no sync
-        del inputs
 
     def params(self, field: str) -> Tensor:
         """A copy: [N, *shape] float32 on the sim's device."""

@@ -68,12 +68,23 @@ def _rne_post(m, d):
     return smooth.rne_postconstraint(m, d)
 
 
+def _with_params(m, fields: tuple[str, ...], params: tuple):
+    """The model with its per-env parameter tables [N, ...] in place of those fields."""
+    return m.tree_replace(dict(zip(fields, params))) if fields else m
+
+
 @cache
-def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False):
+def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False,
+              capacity: int | None = None):
     """(step, reset) for one number of substeps and one set of batched model fields. Module
     level, so sims with equal model structure and N share compiled programs. Models and
-    data travel as flat leaves with their structure as a static argument (see _Structure).
-    rne: complete cacc/cfrc_int/cfrc_ext after each step and reset (RNE_POST_FIELDS)."""
+    data travel as flat leaves with their structure as a static argument (see _Structure);
+    the per-env parameter tables travel beside the model, as a tuple in `fields` order, so
+    that updating one (torch, in MjxSim.set_params) never re-flattens the model.
+    rne: complete cacc/cfrc_int/cfrc_ext after each step and reset (RNE_POST_FIELDS).
+    capacity: reset at most this many envs by gathering them (kinematics and sensors of
+    those rows only) and the whole batch only where more end in one step; None: forward
+    the whole batch on every reset (MuJoCo Warp, whose data rows share buffers)."""
 
     def step_one(m, d, ctrl):
         d = d.replace(ctrl=ctrl)
@@ -84,8 +95,9 @@ def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False):
         d, _ = jax.lax.scan(substep, d, None, length=substeps)
         return _rne_post(m, d) if rne else d
 
-    def step(ms, ds, m_leaves, d_leaves, unstable, overflow_steps, ctrl):
-        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
+    def step(ms, ds, m_leaves, params, d_leaves, unstable, overflow_steps, ctrl):
+        m = _with_params(ms.treedef.unflatten(m_leaves), fields, params)
+        d = ds.treedef.unflatten(d_leaves)
         d = jax.vmap(step_one, in_axes=(_model_axes(m, fields), 0, 0))(m, d, ctrl)
         # sticky: a diverged env stays flagged until it is reset (as with MuJoCo C, whose
         # diverged state stays non-finite once auto-reset is off)
@@ -94,16 +106,33 @@ def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False):
         overflow_steps = overflow_steps + jnp.sum(overflow, dtype=jnp.int32)
         return jax.tree_util.tree_leaves(d), unstable, overflow, overflow_steps
 
-    def reset(ms, ds, d0s, m_leaves, d_leaves, d0_leaves, unstable, mask, qpos, qvel):
-        m, d = ms.treedef.unflatten(m_leaves), ds.treedef.unflatten(d_leaves)
-        d0 = d0s.treedef.unflatten(d0_leaves)
+    def reset(ms, ds, d0s, m_leaves, params, d_leaves, d0_leaves, unstable, mask, qpos, qvel):
+        m = _with_params(ms.treedef.unflatten(m_leaves), fields, params)
+        d, d0 = ds.treedef.unflatten(d_leaves), d0s.treedef.unflatten(d0_leaves)
+        axes = _model_axes(m, fields)
 
-        def one(m, d, msk, q, v):
-            fresh = mjx.forward(m, d0.replace(qpos=q, qvel=v))  # sensors of the new state
-            fresh = _rne_post(m, fresh) if rne else fresh
-            return d.where(msk, fresh)  # masked envs take fresh, the others keep d exactly
+        def fresh(m, q, v):  # the start state with its kinematics and sensors
+            f = mjx.forward(m, d0.replace(qpos=q, qvel=v))
+            return _rne_post(m, f) if rne else f
 
-        d = jax.vmap(one, in_axes=(_model_axes(m, fields), 0, 0, 0, 0))(m, d, mask, qpos, qvel)
+        def everyone(d):
+            new = jax.vmap(fresh, in_axes=(axes, 0, 0))(m, qpos, qvel)
+            return jax.vmap(lambda x, y, k: x.where(k, y))(d, new, mask)
+
+        def gathered(d):
+            n = mask.shape[0]
+            rows = jnp.nonzero(mask, size=capacity, fill_value=n)[0]  # [K], n: no row
+            safe = jnp.minimum(rows, n - 1)
+            mk = _with_params(m, fields, tuple(p[safe] for p in params))
+            new = jax.vmap(fresh, in_axes=(axes, 0, 0))(mk, qpos[safe], qvel[safe])
+            return jax.tree_util.tree_map(lambda x, y: x.at[rows].set(y, mode="drop"), d, new)
+
+        if capacity is None:
+            d = everyone(d)
+        else:  # one program; only the branch taken runs (no host sync to choose it)
+            count = jnp.sum(mask, dtype=jnp.int32)
+            branch = jnp.where(count == 0, 0, jnp.where(count <= capacity, 1, 2))
+            d = jax.lax.switch(branch, (lambda d: d, gathered, everyone), d)
         return jax.tree_util.tree_leaves(d), unstable & ~mask, _overflow(d, mask.shape[0])
 
     return jax.jit(step, static_argnums=(0, 1)), jax.jit(reset, static_argnums=(0, 1, 2))
@@ -122,14 +151,3 @@ def _overflow(d, n: int) -> jax.Array:
 def _broadcast_data(d0, qpos):
     """An [N]-batched copy of the template data (vmap keeps MJX-Warp's shared buffers)."""
     return jax.vmap(lambda q: d0.replace(qpos=q))(qpos)
-
-
-@jax.jit
-def _kicked(qvel, mask, dqvel):
-    return qvel + jnp.where(mask[:, None], dqvel, 0.0)
-
-
-@jax.jit
-def _masked_rows(table, mask, values):
-    m = mask.reshape(mask.shape + (1,) * (table.ndim - 1))
-    return jnp.where(m, values, table)

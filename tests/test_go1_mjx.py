@@ -1,4 +1,4 @@
-"""The Go1 on both backends: same start, same actions, same randomization draws.
+"""The Go1 and the G1 on both backends: same start, same actions, same randomization draws.
 
 MJX (float32, its own contact pipeline) and MuJoCo C (float64) agree to <= 1e-2 in qpos
 after 50 control steps (measured: 9e-3 with actions of amplitude 0.5). The gap is the
@@ -8,6 +8,7 @@ agree to 2e-4. Compiling the Go1 for MJX's JAX implementation takes 1-2 minutes 
 """
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ pytest.importorskip("mujoco.mjx")
 import trot  # noqa: E402
 from trot.tasks.registry import get_task  # noqa: E402
 
+DEV = os.environ.get("TROT_TEST_DEVICE", "cpu")  # the mjx side's (benchmarks/gpu_check.sh)
+
 
 def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -25,7 +28,7 @@ def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     try:
         cfg = dataclasses.replace(get_task("go1-flat").config, obs_noise=False)
-        mjx = trot.make_env("go1-flat", num_envs=4, sim="mjx", seed=1, config=cfg)
+        mjx = trot.make_env("go1-flat", num_envs=4, sim="mjx", device=DEV, seed=1, config=cfg)
         cpu = trot.make_env("go1-flat", num_envs=4, sim="cpu", seed=1, config=cfg)
         mjx.reset()
         cpu.reset()
@@ -33,7 +36,7 @@ def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
         for t in range(50):
             # joint targets within +-0.125 rad of the home pose (action scale 0.5)
             action = 0.25 * (2 * torch.rand(4, 12, generator=gen) - 1)
-            a, b = mjx.step(action), cpu.step(action)
+            a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
             assert torch.equal(a.terminated.cpu(), b.terminated)
             if t == 29:  # before contact differences accumulate
                 assert (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs().max() < 1e-3
@@ -58,20 +61,106 @@ def test_go1_rough_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
                                   tile_size=3.0, terrain_rows=2, terrain_cols=7,
                                   terrain_border=1.5, spawn_spread=0.2, start_row=1,
                                   terrain_proportions=(0, 1, 1, 1, 1, 0, 0))
-        envs = [trot.make_env("go1-rough", num_envs=4, sim=s, seed=1, config=cfg)
-                for s in ("mjx", "cpu")]
+        envs = [trot.make_env("go1-rough", num_envs=4, sim=s, device=d, seed=1, config=cfg)
+                for s, d in (("mjx", DEV), ("cpu", "cpu"))]
         for env in envs:
             env.reset()
         mjx, cpu = envs
         gen = torch.Generator().manual_seed(0)
         for t in range(50):
             action = 0.25 * (2 * torch.rand(4, 12, generator=gen) - 1)
-            a, b = mjx.step(action), cpu.step(action)
+            a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
             assert torch.equal(a.terminated.cpu(), b.terminated)
             gap = (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs()  # [N, nq]
             if t == 4:
                 assert gap[:, :3].max() < 5e-3
         assert gap[:, :3].max() < 4e-2 and gap[:, 3:7].max() < 4e-2
         assert gap[:, 7:].max() < 0.2
+    finally:
+        torch.set_num_threads(threads)
+
+
+# g1-flat, measured: the base 2.6e-3 m apart after 10 steps and 1.2e-2 after 50; joints up
+# to 6.5e-2 rad apart in transients (random targets into the joint limits). About 3x that:
+G1_EARLY, G1_BASE, G1_JOINTS = 1e-2, 4e-2, 0.15
+
+
+def test_g1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
+    """g1-flat with randomization and pushes on, random joint targets. The soles touch the
+    ground through corner spheres, whose contacts MJX computes as MuJoCo C does (MJX's
+    box-plane keeps fewer corners: the backends parted within one step with box soles).
+    A robot standing in one backend and falling in the other (a wrong model, gain, reset
+    or randomization) is decimetres apart; the tolerances are the measured gaps x 3."""
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = dataclasses.replace(get_task("g1-flat").config, obs_noise=False)
+        envs = [trot.make_env("g1-flat", num_envs=4, sim=s, device=d, seed=1, config=cfg)
+                for s, d in (("mjx", DEV), ("cpu", "cpu"))]
+        for env in envs:
+            env.reset()
+        mjx, cpu = envs
+        gen = torch.Generator().manual_seed(0)
+        for t in range(50):
+            action = 0.5 * (2 * torch.rand(4, 12, generator=gen) - 1)  # +-0.125 rad
+            a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
+            assert torch.equal(a.terminated.cpu(), b.terminated)
+            gap = (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs()  # [N, nq]
+            assert gap[:, 7:].max() < G1_JOINTS, t
+            if t == 9:
+                assert gap[:, :3].max() < G1_EARLY
+        assert gap[:, :3].max() < G1_BASE
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_go1_env_step_is_two_xla_executions_without_flattens_or_transfers(monkeypatch):
+    """Per env.step of go1-flat on mjx (randomization and pushes on, every env resetting
+    now and then): at most 2 XLA executions (the step program, the reset program), counted
+    where JAX executes a compiled program (pxla.ExecuteReplicated, with jit's C++ fast path
+    turned off so that every call passes there), no flatten of the MJX model, and no
+    host<->device transfer, explicit or implicit (jax.transfer_guard). The bugs: a kick or
+    a parameter table updated by a program of its own (8 executions per step before),
+    the model re-flattened per set_params, a numpy or Python value handed to a program."""
+    import jax
+    from jax._src import pjit
+    from jax._src.interpreters import pxla
+    from mujoco import mjx
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        # every call through Python from now on: no fast-path entries, old ones dropped
+        monkeypatch.setattr(pjit, "_get_fastpath_data", lambda *a, **k: None)
+        cfg = dataclasses.replace(get_task("go1-flat").config, episode_seconds=0.2)
+        env = trot.make_env("go1-flat", num_envs=4, sim="mjx", device=DEV, seed=1, config=cfg)
+        for program in env.sim._fns():
+            program.clear_cache()
+        env.reset(stagger=True)
+        for _ in range(3):
+            env.step(torch.zeros(4, 12, device=env.device))
+        runs, flats = [0], [0]
+        execute, flatten = pxla.ExecuteReplicated.__call__, jax.tree_util.tree_flatten
+
+        def counted(self, *a, **k):
+            runs[0] += 1
+            return execute(self, *a, **k)
+
+        def flat(tree, *a, **k):
+            flats[0] += isinstance(tree, mjx.Model)
+            return flatten(tree, *a, **k)
+
+        monkeypatch.setattr(pxla.ExecuteReplicated, "__call__", counted)
+        monkeypatch.setattr(jax.tree_util, "tree_flatten", flat)
+        gen = torch.Generator().manual_seed(0)
+        ended = 0
+        with jax.transfer_guard("disallow_explicit"):
+            for _ in range(20):  # 0.2 s episodes: every env resets at least once
+                res = env.step((0.5 * (2 * torch.rand(4, 12, generator=gen) - 1)).to(env.device))
+                ended += int((res.terminated | res.truncated).sum())
+        assert ended >= 4
+        assert runs[0] == 2 * 20, runs[0]
+        assert flats[0] == 0
     finally:
         torch.set_num_threads(threads)

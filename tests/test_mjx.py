@@ -169,10 +169,11 @@ def test_program_size_does_not_grow_with_num_envs(model):
     step, _ = _programs(SUBSTEPS, sim.randomized_fields)
 
     def size(n: int) -> int:  # trace only: nothing is compiled for this n
-        ms, m_leaves = _flat(sim._mx.tree_replace({k: v[:n] for k, v in sim._params.items()}))
+        ms, m_leaves = _flat(sim._mx)
+        tables = tuple(v[:n] for v in sim._params.values())
         d0 = sim._d0s.treedef.unflatten(sim._d0_leaves)
         ds, d_leaves = _flat(_broadcast_data(d0, sim._leaf("qpos")[:n]))
-        traced = step.trace(ms, ds, m_leaves, d_leaves, sim._unstable[:n],
+        traced = step.trace(ms, ds, m_leaves, tables, d_leaves, sim._unstable[:n],
                             sim._overflow_steps, jax.numpy.zeros((n, model.nu)))
         return _count_eqns(traced.jaxpr.jaxpr)
 
@@ -244,18 +245,26 @@ def test_dlpack_zero_copy(model):
 
 
 # ---------------------------------------------------------------------------- resets
-def test_reset_writes_only_masked_envs(model):
+@pytest.mark.parametrize("envs", [(0, 3, 6, 40), (1, 2, 62), tuple(range(0, N, 5))],
+                         ids=["gathered", "gathered-padded", "whole-batch"])
+def test_reset_writes_only_masked_envs(model, envs):
+    """Up to N / 16 envs reset by gathering their rows (forward of those only), more by a
+    forward of the whole batch: either way the masked rows are MuJoCo C's mj_forward of
+    the new state and the others are untouched bit for bit. The bugs: a gather scattered
+    into the wrong rows, its padding index writing the last row."""
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
+    assert sim.reset_capacity == N // 16 == 4  # the first two masks fit, the third not
     sim.reset(_all(), *_start_state(0))
     for c in _controls(5, seed=2, amp=0.3):
         sim.step(c)
     before = [t.clone() for t in (sim.qpos, sim.qvel, sim.sensordata, sim.time)]
 
-    mask = _mask(0, 3, 6, 40)
+    mask = _mask(*envs)
+    gen = torch.Generator().manual_seed(len(envs))
     qpos = torch.full((N, model.nq), 99.0, device=DEV)  # unmasked rows: garbage, ignored
     qvel = torch.full((N, model.nv), -99.0, device=DEV)
-    qpos[mask] = torch.tensor([[0.1, -0.2], [-0.4, 0.05], [0.0, 3.0], [1.0, 1.0]], device=DEV)
-    qvel[mask] = torch.tensor([[0.3, 1.0], [0.0, -2.0], [-0.5, 0.25], [0.0, 0.0]], device=DEV)
+    qpos[mask] = (torch.rand(len(envs), model.nq, generator=gen) - 0.5).to(DEV)
+    qvel[mask] = (torch.rand(len(envs), model.nv, generator=gen) - 0.5).to(DEV)
     sim.reset(mask, qpos, qvel)
 
     assert torch.equal(sim.qpos[mask], qpos[mask])

@@ -1,0 +1,97 @@
+"""The mjx backend's env loop against its bare physics, on one model and batch, in one run:
+how much of `env.step` is not physics (issue 22: host work that would dominate on a GPU).
+
+    python benchmarks/mjx_overhead.py                       # go1-flat, 64 envs, cpu
+    python benchmarks/mjx_overhead.py --task g1-flat --num-envs 128 --device cuda
+
+Both sides start from the env loop's own states after a warm-up (so the same contacts are
+stepped), with the task's randomization and pushes on:
+  * bare: `jit(vmap(substeps x mjx.step))` of the same model, batch and per-env parameter
+    tables, called `--steps` times back to back with the same controls (no task, no resets);
+  * env: `Env.step` with the same controls (task observations, rewards, resets, pushes,
+    domain randomization at reset).
+It prints both in ms per control step and their ratio bare / env (1.0: no overhead), best
+of `--repeats` interleaved rounds (the least disturbed by other load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import torch
+from mujoco import mjx
+
+import trot
+from trot.sim.jax_bridge import to_jax
+
+
+def bare_program(sim):
+    """jit(vmap(substeps x mjx.step)) over the sim's model, tables and data, nothing else."""
+    from trot.sim.mjx_programs import _model_axes, _with_params
+
+    fields, substeps = tuple(sim._params), sim.substeps
+
+    def one(m, d, ctrl):
+        d = d.replace(ctrl=ctrl)
+        return jax.lax.scan(lambda d, _: (mjx.step(m, d), None), d, None, length=substeps)[0]
+
+    @jax.jit
+    def step(m_leaves, tables, d_leaves, ctrl):
+        m = _with_params(sim._ms.treedef.unflatten(m_leaves), fields, tables)
+        d = sim._ds.treedef.unflatten(d_leaves)
+        d = jax.vmap(one, in_axes=(_model_axes(m, fields), 0, 0))(m, d, ctrl)
+        return jax.tree_util.tree_leaves(d)
+
+    return step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="go1-flat")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--steps", type=int, default=50, help="control steps per round")
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+
+    env = trot.make_env(a.task, num_envs=a.num_envs, sim="mjx", device=a.device, seed=0)
+    sim, dev = env.sim, env.device
+    env.reset(stagger=True)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    actions = [0.3 * torch.randn(a.num_envs, env.action_dim, generator=gen, device=dev)
+               for _ in range(a.steps)]
+    for x in actions[:20]:  # warm-up: every program compiled, contacts made
+        env.step(x)
+    bare = bare_program(sim)
+    ctrl = to_jax(env.task.action_to_ctrl(actions[0]).contiguous())
+    leaves = bare(sim._m_leaves, sim._tables(), sim._d_leaves, ctrl)
+    jax.block_until_ready(leaves)
+
+    def time_bare() -> float:
+        d = sim._d_leaves
+        t = time.perf_counter()
+        for _ in range(a.steps):
+            d = bare(sim._m_leaves, sim._tables(), d, ctrl)
+        jax.block_until_ready(d)
+        return (time.perf_counter() - t) / a.steps
+
+    def time_env() -> float:
+        t = time.perf_counter()
+        for x in actions:
+            env.step(x)
+        float(env.sim.qpos.sum())  # one sync: everything queued has run
+        return (time.perf_counter() - t) / a.steps
+
+    rounds = [(time_bare(), time_env()) for _ in range(a.repeats)]
+    b, e = min(r[0] for r in rounds), min(r[1] for r in rounds)
+    print(f"task={a.task} N={a.num_envs} device={dev} impl={sim.impl} substeps={sim.substeps} "
+          f"reset_capacity={sim.reset_capacity} jax={jax.__version__}")
+    print(f"bare physics {1e3 * b:8.2f} ms/step   env.step {1e3 * e:8.2f} ms/step   "
+          f"ratio bare/env {b / e:.2f}   (best of {a.repeats} x {a.steps} steps)")
+
+
+if __name__ == "__main__":
+    main()

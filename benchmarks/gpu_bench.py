@@ -4,8 +4,9 @@
     python benchmarks/gpu_bench.py --device cpu --sizes 64,128 --steps 20 --train-iters 2
 
 Prints one table (env-steps/s = control steps x envs per second; physics steps are that times
-the task's substeps) and a short training run; with --out DIR (default: $OUT when set) also
-writes bench.json and bench.txt there. Times are taken after a warm-up call, so compilation
+the task's substeps) and a short training run; with --out DIR also
+writes bench.json and bench.txt there; with --append FILE each size's row is appended to
+FILE as soon as it is measured. Times are taken after a warm-up call, so compilation
 is excluded (and reported in its own column).
 """
 
@@ -90,7 +91,10 @@ def main() -> int:
     p.add_argument("--train-max-iters", type=int, default=60)
     p.add_argument("--cpu-baseline", type=int, default=1024,
                    help="also time the cpu backend at this N (0: skip)")
-    p.add_argument("--out", default=os.environ.get("OUT"), help="directory for bench.json/.txt")
+    p.add_argument("--out", default=None, help="directory for bench.json/.txt")
+    p.add_argument("--append", default=None,
+                   help="a file that gets one table row per measurement as soon as it is "
+                        "measured (benchmarks/gpu_check.sh's results.md)")
     a = p.parse_args()
     if a.impl:
         os.environ["TROT_MJX_IMPL"] = a.impl
@@ -119,13 +123,18 @@ def main() -> int:
         s = env.sim.substeps
         row = {"num_envs": n, "impl": env.sim.impl, "compile_s": env.sim.compile_seconds,
                "build_s": build_s}
-        row["physics"] = sim_only(env, a.steps) / s  # env-steps/s (bench returns physics)
-        row["env_loop"] = env_loop(env, a.steps) / s
+        row["env_loop"] = env_loop(env, a.steps) / s  # env-steps/s (bench returns physics)
+        row["physics"] = sim_only(env, a.steps) / s  # from the env loop's own states
         row["train"], row["train_return"] = train_throughput(env, device, a.train_iters,
                                                              a.rollout)
         row["overflow_steps"] = int(env.sim.overflow_steps)
         rows.append(row)
         print(f"  N={n}: {row}", flush=True)
+        if a.append:  # now, so that a timeout loses nothing measured
+            with open(a.append, "a") as f:
+                f.write(f"| {a.task} | mjx-{row['impl']} | {n} | {row['compile_s']:.1f} | "
+                        f"{row['physics']:,.0f} | {row['env_loop']:,.0f} | "
+                        f"{row['train']:,.0f} |\n")
         del env
         _free(device)
 

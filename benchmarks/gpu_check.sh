@@ -1,121 +1,163 @@
 #!/usr/bin/env bash
-# The mjx backend on a CUDA machine: install, test, benchmark. One script, under 8 minutes
-# (then optional go1-rough and g1-flat steps, if the clock allows, ending by 9.6 minutes).
+# The GPU check, for a short window: one H200 for ~15 minutes including start-up, commands
+# of at most 10 minutes, at most 8 result files back. This script runs in at most 7 minutes,
+# in priority order, each step under its own timeout and only if the clock leaves it room,
+# and writes 4 files under $OUT (default /tmp/trot-gpu-check), appending each result as
+# soon as it is measured, so that a timeout loses nothing:
+#   gpu_check.log  everything printed      results.md  the table for docs/benchmarks.md
+#   pytest.log     the mjx tests on CUDA   curve.csv   the 3-minute training run's evals
 #
-#   bash benchmarks/gpu_check.sh            # logs and bench.json/.txt under $OUT if set
+#   bash benchmarks/gpu_check.sh            # on the GPU machine
+#   DRY=1 bash benchmarks/gpu_check.sh      # this CPU: the same steps at small sizes
 #
-# For a machine with a GPU, torch and a CUDA build of JAX already installed and NO internet.
-# The packages it lacks come as wheels carried in the working tree: shared/wheels/ or wheels/
-# (the first that exists). Download them on a machine with internet, for the GPU machine's
-# Python (3.12, x86_64 here; check `python3 -V` there):
+# The GPU machine has no network, Python 3.12, torch 2.11 and JAX 0.11 with CUDA 13, and no
+# mujoco, mujoco-mjx or warp-lang. What it lacks travels as wheels in the working tree
+# (shared/wheels/, wheels/ or .whl/, the first that exists; 33 MB, within the 64 MiB the
+# tree may carry), downloaded on a machine with the package registries:
 #
-#   P="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
-#      --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
-#      --platform manylinux1_x86_64"
-#   pip download --no-deps $P -d wheels mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 \
-#       mujoco-mjx==3.17.0 warp-lang==1.18.0 trimesh glfw pyopengl websockets tyro \
-#       docstring-parser typeguard
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d wheels \
+#       mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 mujoco-mjx==3.17.0 \
+#       trimesh glfw pyopengl websockets tyro docstring-parser typeguard
 #
-# Versions: mujoco-mjx 3.17.0 is the newest MJX release; it needs mujoco>=3.17 and works with
-# mujoco 4.0.0 (there is no mujoco-mjx 4.x); its Warp bridge is built against
-# warp-lang==1.18.0 (the `mujoco-mjx[warp]` pin). warp-lang's wheel is ~150 MB: where the
-# working tree that travels is capped (64 MiB on this workplace's device machines), leave it
-# out; the backend then runs MJX's JAX implementation on the GPU (impl "jax") and says so.
-#
-# Steps, each under its own timeout: environment report -> install the wheels and trot
-# (--no-deps, offline) -> pytest tests/test_mjx.py on cuda (TROT_TEST_DEVICE=cuda) ->
-# benchmarks/gpu_bench.py (1024/4096/8192 envs: physics only, env loop, training; a short
-# training run) -> the table again at the end.
+# warp-lang (~150 MB) cannot travel, so MJX runs its JAX implementation on the GPU (impl
+# "jax"); the import step says so. Order: 1 install and import check with versions; 2 the
+# mjx tests on CUDA (cartpole, Go1, G1; TROT_TEST_DEVICE=cuda); 3 go1-flat physics only
+# (from the env loop's own states), env loop and training env-steps/s at 1024 and 4096
+# envs; 4 a 3-minute go1-flat training run on the GPU, evaluated at the end with the
+# tracking metrics (128 episodes on MuJoCo C); 5 if time remains: go1-rough and g1-flat.
+# (Sebulba, MuJoCo C on the host feeding a GPU learner, is not built yet.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
-LOGDIR=${OUT:-/tmp/trot-gpu-check}
-mkdir -p "$LOGDIR"
-exec > >(tee "$LOGDIR/gpu_check.log") 2>&1
+OUTDIR=${OUT:-/tmp/trot-gpu-check}
+mkdir -p "$OUTDIR"
+RES="$OUTDIR/results.md"
+exec > >(tee -a "$OUTDIR/gpu_check.log") 2>&1
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX shares the GPU with torch
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/trot-jax-cache}
+if [ "${DRY:-0}" = "1" ]; then  # this CPU, small: every step runs, nothing is meaningful
+  DEV=cpu; SIZES=64; TRAIN_ENVS=64; TRAIN_MIN=0.3; EPISODES=8; LIMIT=900
+  TESTS="tests/test_mjx.py"
+else
+  DEV=cuda; SIZES=1024,4096; TRAIN_ENVS=4096; TRAIN_MIN=3; EPISODES=128; LIMIT=420
+  TESTS="tests/test_mjx.py tests/test_go1_mjx.py"
+fi
 status=0
-step() { echo; echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( LIMIT - $(elapsed) )); }
+step() { echo; echo "=== [$(elapsed) s] $*"; }
+record() { echo "$*" >> "$RES"; }
 
-step "environment"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-$PY - <<'EOF'
-import sys, torch
-print("python", sys.version.split()[0], "| torch", torch.__version__, "cuda", torch.cuda.is_available())
-try:
-    import jax
-    print("jax", jax.__version__, jax.devices())
-except Exception as e:  # noqa: BLE001
-    print("jax: NOT USABLE:", e)
-EOF
+record "## GPU check $(date -u +%Y-%m-%dT%H:%MZ) (DRY=${DRY:-0}, device $DEV)"
+record ""
 
-step "install (offline)"
+step "1. install (offline) and import check"
 WHEELS=""
 for d in shared/wheels wheels .whl; do
   if compgen -G "$d/*.whl" > /dev/null; then WHEELS=$d; break; fi
 done
 if [ -n "$WHEELS" ]; then
-  echo "wheels from $WHEELS:"; ls -1 "$WHEELS"
+  du -ch "$WHEELS"/*.whl | tail -1
   # --no-deps: every dependency is either preinstalled or one of the carried wheels
-  timeout 300 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  timeout 120 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade "$WHEELS"/*.whl || { echo "wheel install FAILED"; status=1; }
+  timeout 60 $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . \
+    || { echo "pip install -e . FAILED"; status=1; }
 else
-  echo "no wheels found (shared/wheels/, wheels/, .whl/): using what is installed"
+  echo "no wheels (shared/wheels/, wheels/, .whl/): using what is installed"
 fi
-timeout 120 $PY -m pip install -q --no-index --no-deps --no-build-isolation -e . \
-  || { echo "pip install -e . FAILED"; status=1; }
-$PY - <<'EOF' || status=1
-import mujoco, torch
-from mujoco import mjx  # noqa: F401
-import trot.sim.mjx as m
-print("mujoco", mujoco.__version__, "| warp importable:", m.warp_available(),
-      "| default impl on cuda:", m.resolve_impl(torch.device("cuda")))
+timeout 60 $PY - "$RES" <<'EOF' || status=1
+import importlib, platform, sys
+import torch
+lines = [f"python {platform.python_version()}, torch {torch.__version__} "
+         f"(cuda {torch.cuda.is_available()}: "
+         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-'})"]
+for name in ("jax", "jaxlib", "mujoco", "mujoco.mjx", "onnx", "onnxruntime", "tyro", "trot"):
+    try:
+        m = importlib.import_module(name)
+        lines.append(f"{name} {getattr(m, '__version__', 'ok')}")
+    except Exception as e:  # noqa: BLE001
+        lines.append(f"{name}: NOT IMPORTABLE ({type(e).__name__}: {e})")
+try:
+    import jax
+    import trot.sim.mjx as mjx_backend
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    lines.append(f"jax devices {jax.devices()}; warp importable: "
+                 f"{mjx_backend.warp_available()}; MJX impl on {dev}: "
+                 f"{mjx_backend.resolve_impl(dev)}")
+except Exception as e:  # noqa: BLE001
+    lines.append(f"mjx backend: NOT USABLE ({e})")
+print("\n".join(lines))
+with open(sys.argv[1], "a") as f:
+    f.write("- " + "\n- ".join(lines) + "\n\n")
 EOF
 
-step "pytest tests/test_mjx.py on cuda"
-TROT_TEST_DEVICE=cuda timeout 240 $PY -m pytest tests/test_mjx.py -q -rs -s --durations=8 \
-  -p no:cacheprovider 2>&1 | tee "$LOGDIR/pytest_mjx.log"
-rc=${PIPESTATUS[0]}
-echo "pytest exit code: $rc"
-[ "$rc" -eq 0 ] || status=1
-
-step "benchmark"
-left=$(( 460 - ($(date +%s) - T0) ))  # finish inside 8 minutes
-if [ "$left" -lt 60 ]; then
-  echo "only ${left} s left: skipping the benchmark"; status=1
+step "2. mjx tests on $DEV"
+budget=$(( $(left) - 240 )); [ "$budget" -gt 180 ] && budget=180
+if [ "$budget" -lt 30 ]; then
+  echo "skipped: ${budget} s"; record "- mjx tests: skipped (no time)"
 else
-  train_s=$(( left > 240 ? 60 : 20 ))
-  timeout "$left" $PY benchmarks/gpu_bench.py --device cuda --sizes 1024,4096,8192 \
-    --steps 200 --train-iters 10 --train-seconds "$train_s" --out "$LOGDIR" \
-    || { echo "benchmark FAILED or timed out"; status=1; }
+  TROT_TEST_DEVICE=$DEV timeout "$budget" $PY -m pytest $TESTS -q -rs -p no:cacheprovider \
+    > "$OUTDIR/pytest.log" 2>&1
+  rc=$?
+  tail -n 5 "$OUTDIR/pytest.log"
+  record "- mjx tests (${TESTS}) on $DEV: exit $rc: $(tail -n 1 "$OUTDIR/pytest.log")"
+  [ "$rc" -eq 0 ] || status=1
 fi
 
-step "optional: go1-rough on the GPU (heightfield contacts in MJX)"
-left=$(( 520 - ($(date +%s) - T0) ))
-if [ "$left" -lt 60 ]; then
-  echo "only ${left} s left: skipping go1-rough"
+step "3. go1-flat physics, env loop and training env-steps/s"
+record ""
+record "| task | backend | envs | compile s | physics only | env loop | training |"
+record "|---|---|---|---|---|---|---|"
+budget=$(( $(left) - 200 )); [ "$budget" -gt 150 ] && budget=150
+if [ "$budget" -lt 40 ]; then
+  echo "skipped: ${budget} s"; status=1
 else
-  mkdir -p "$LOGDIR/rough"
-  timeout "$left" $PY benchmarks/gpu_bench.py --task go1-rough --device cuda --sizes 1024,4096 \
-    --steps 100 --train-iters 5 --train-envs 4096 --train-seconds 20 --out "$LOGDIR/rough" \
-    || echo "go1-rough step FAILED or timed out (optional: exit status unchanged)"
+  timeout "$budget" $PY benchmarks/gpu_bench.py --task go1-flat --device $DEV --sizes $SIZES \
+    --steps 100 --train-iters 3 --train-seconds 0 --cpu-baseline 0 --append "$RES" \
+    || { echo "go1-flat throughput FAILED or timed out"; status=1; }
 fi
 
-step "optional: g1-flat on the GPU (the humanoid: box soles, self-collision pairs)"
-left=$(( 575 - ($(date +%s) - T0) ))
-if [ "$left" -lt 45 ]; then
-  echo "only ${left} s left: skipping g1-flat"
+step "4. a ${TRAIN_MIN}-minute go1-flat training run on $DEV, then its tracking metrics"
+budget=$(( $(left) - 20 ))
+need=$(awk "BEGIN {print int($TRAIN_MIN * 60 + 60)}")
+if [ "$budget" -lt "$need" ]; then
+  echo "skipped: ${budget} s left, ${need} s needed"; status=1
 else
-  mkdir -p "$LOGDIR/g1"
-  timeout "$left" $PY benchmarks/gpu_bench.py --task g1-flat --device cuda --sizes 1024,4096 \
-    --steps 100 --train-iters 5 --train-envs 4096 --train-seconds 15 --out "$LOGDIR/g1" \
-    || echo "g1-flat step FAILED or timed out (optional: exit status unchanged)"
+  timeout "$budget" $PY benchmarks/locomotion_cpu.py --task go1-flat --sim mjx --device $DEV \
+    --num-envs $TRAIN_ENVS --budget-min $TRAIN_MIN --eval-every-min $TRAIN_MIN \
+    --episodes $EPISODES --run-dir /tmp/trot-gpu-run --out "$OUTDIR/curve.csv" \
+    || { echo "training run FAILED or timed out"; status=1; }
+  if [ -f "$OUTDIR/curve.csv" ]; then
+    $PY - "$OUTDIR/curve.csv" "$RES" "$TRAIN_ENVS" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+r = rows[-1]
+line = (f"\ngo1-flat training on the GPU ({sys.argv[3]} envs): {float(r['train_s']):.0f} s, "
+        f"{float(r['env_steps']):,.0f} env steps; eval over the episodes on MuJoCo C: "
+        f"tracking error {float(r['lin_vel_error']):.3f} m/s, falls "
+        f"{100 * float(r['fall_rate']):.1f}%")
+print(line)
+open(sys.argv[2], "a").write(line + "\n")
+EOF
+  fi
 fi
 
-step "done (exit $status)"
-if [ -f "$LOGDIR/bench.txt" ]; then
-  echo; tail -n 8 "$LOGDIR/bench.txt"
-fi
+step "5. optional: go1-rough and g1-flat throughput"
+for task in go1-rough g1-flat; do
+  budget=$(( $(left) - 5 ))
+  if [ "$budget" -lt 45 ]; then
+    echo "$task skipped: ${budget} s left"; continue
+  fi
+  timeout "$budget" $PY benchmarks/gpu_bench.py --task $task --device $DEV \
+    --sizes "${SIZES%%,*}" --steps 50 --train-iters 2 --train-seconds 0 --cpu-baseline 0 \
+    --append "$RES" || echo "$task FAILED or timed out (optional: exit status unchanged)"
+done
+
+step "done in $(elapsed) s (exit $status)"
+echo; cat "$RES"
 exit $status

@@ -44,6 +44,7 @@ of the same seed, so evaluations see the same starts and commands.
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import math
@@ -64,6 +65,9 @@ COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_er
 
 
 def evaluate_now(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
+    """On the cpu backend (MuJoCo C), whatever the run trains on."""
+    if next(actor.parameters()).device.type != "cpu":  # trained on a GPU
+        actor = copy.deepcopy(actor).cpu()
     env = make_env(task, episodes, seed=seed, config=dataclasses.replace(config,
                                                                          obs_noise=False))
     r = run_episodes(env, actor, episodes)
@@ -107,6 +111,8 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sim", default="cpu", help="physics backend for training: cpu or mjx")
+    p.add_argument("--device", default="cpu", help="the learner's (and mjx's) device")
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
     p.add_argument("--resume", action="store_true",
@@ -132,6 +138,7 @@ def main() -> None:
         agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
         env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
         cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
+                          sim=a.sim, device=a.device,
                           env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir))
         trainer = build(cfg)
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,11 @@ it started walking). While the command is to stand (below `standing_speed`), bot
 should stay down. Terms added to the legged task's (weights per second):
 
 - gait_contact: per foot, 1 where its contact matches the clock's schedule;
-- swing_height: (foot height above its home height - swing_height)^2 for feet in the air;
+- feet_phase: every foot follows the clock's swing arch (height above home 0 in stance, a
+  sine of peak swing_height over the swing; 0 for both feet while standing), an exp kernel
+  as MuJoCo Playground's humanoid joysticks;
+- swing_height: (foot height above its home height - swing_height)^2 for feet in the air
+  (unitree_rl_gym's; off by default: it leaves a shuffling robot unpenalized);
 - feet_slip: planar speed^2 of feet on the ground;
 - deviation: squared offset from home of `deviation_joints` (the hip roll and yaw, which
   keep the feet apart and pointing forward);
@@ -55,8 +59,14 @@ class BipedConfig(LeggedConfig):
     """(the legged term; the clock sets the steps here)"""
     w_gait_contact: float = 0.18
     """feet whose contact matches the clock's schedule, count"""
-    w_swing_height: float = -20.0
-    """squared miss of swing_height, feet in the air"""
+    w_swing_height: float = 0.0
+    """squared miss of swing_height, feet in the air (unitree_rl_gym's -20; off: it leaves a
+    shuffling robot unpenalized, feet_phase does not)"""
+    w_feet_phase: float = 1.0
+    """exp(-sum over feet of (height - clock's height)^2 / feet_phase_std^2): every foot
+    follows the clock's swing arch (0 in stance, up to swing_height mid-swing)"""
+    feet_phase_std: float = 0.05
+    """m: the feet_phase kernel's width"""
     w_feet_slip: float = -0.2
     """planar speed squared of feet on the ground"""
     w_deviation: float = -1.0
@@ -114,13 +124,24 @@ class LeggedBiped(LeggedVelocity):
         """[N] s since each env's episode began (the clock observation's time)."""
         return self._clock.float() * self.dt
 
+    def _phase(self) -> tuple[Tensor, Tensor]:
+        """Each foot's phase in the cycle [N, F] (0 at its touchdown), and whether the command
+        is to stand [N, 1]."""
+        c = self.config
+        phase = torch.frac((self.clock_seconds() / c.gait_period)[:, None] + self._phase_offset)
+        return phase, (self._cmd_seen.norm(dim=-1) < c.standing_speed)[:, None]
+
     def stance_expected(self) -> Tensor:
         """[N, F] bool: the feet the clock wants on the ground now."""
+        phase, standing = self._phase()
+        return (phase < self.config.stance_share) | standing
+
+    def swing_target(self) -> Tensor:
+        """[N, F] m above home: the clock's arch, sin over the swing, 0 in stance."""
         c = self.config
-        phase = (self.clock_seconds() / c.gait_period)[:, None] + self._phase_offset
-        stance = torch.frac(phase) < c.stance_share
-        standing = self._cmd_seen.norm(dim=-1) < c.standing_speed  # [N]
-        return stance | standing[:, None]
+        phase, standing = self._phase()
+        u = ((phase - c.stance_share) / (1.0 - c.stance_share)).clamp(min=0.0)  # swing 0..1
+        return torch.where(standing, 0.0, c.swing_height * torch.sin(torch.pi * u))
 
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         super().on_reset(sim, mask, gen)
@@ -136,12 +157,15 @@ class LeggedBiped(LeggedVelocity):
         feet_z = self._feet_pos(sim)[..., 2]  # [N, F]
         feet_v = d[:, self._s_feet_vel].unflatten(1, (-1, 3))[..., :2]  # [N, F, 2]
         q = d[:, self._s_jpos]  # [N, J]
-        swing_miss = (feet_z - self._foot_home_z - c.swing_height).square()
+        height = feet_z - self._foot_home_z  # [N, F] above where each foot stands at home
+        swing_miss = (height - c.swing_height).square()
+        phase_miss = (height - self.swing_target()).square().sum(-1)
         beyond = (self._soft_lo - q).clamp(min=0) + (q - self._soft_hi).clamp(min=0)
         return super().reward_terms(sim, action) | {
             "gait_contact": (c.w_gait_contact,
                              (contact == self.stance_expected()).float().sum(-1)),
             "swing_height": (c.w_swing_height, (swing_miss * ~contact).sum(-1)),
+            "feet_phase": (c.w_feet_phase, torch.exp(-phase_miss / c.feet_phase_std ** 2)),
             "feet_slip": (c.w_feet_slip, (feet_v.square().sum(-1) * contact).sum(-1)),
             "deviation": (c.w_deviation, (q - self._home_joints)[:, self._deviation]
                           .square().sum(-1)),

@@ -148,6 +148,20 @@ def test_biped_terms_on_hand_set_states():
     assert terms["swing_height"][0] == pytest.approx(2 * (0.05 - c.swing_height) ** 2,
                                                      abs=2e-5)
     assert terms["swing_height"][1] == 0.0  # no foot in the air
+    # the clock's arch at phase 0.6: the left foot 1/9 into its swing, the right in stance
+    arch = c.swing_height * math.sin(math.pi * (0.6 - 0.55) / 0.45)
+    m, d = sim.model, mujoco.MjData(sim.model)  # each foot's height, by MuJoCo itself
+    feet = [m.geom(f).id for f in G1.feet]
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    mujoco.mj_kinematics(m, d)
+    home = d.geom_xpos[feet, 2].copy()
+    for env_i in (0, 1):
+        d.qpos[:] = q[env_i].double().numpy()
+        mujoco.mj_kinematics(m, d)
+        left, right = d.geom_xpos[feet, 2] - home
+        miss = (left - arch) ** 2 + right ** 2
+        assert terms["feet_phase"][env_i] == pytest.approx(
+            math.exp(-miss / c.feet_phase_std ** 2), rel=2e-3), env_i
     assert terms["deviation"].tolist() == pytest.approx([0.0, 0.01], abs=1e-6)
     home_z = float(task._home_qpos[2])
     assert terms["base_height"][0] == pytest.approx(0.05 ** 2, rel=1e-3)

@@ -167,7 +167,10 @@ def make_camera(model: mujoco.MjModel, locomotion: bool,
         cam = mujoco.MjvCamera()
         cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
         cam.trackbodyid = root
-        cam.distance, cam.elevation, cam.azimuth = 1.6, -20.0, 135.0
+        # 1.6 m for a Go1 (root 0.29 m up), further back for a taller robot (G1: 2.7 m)
+        height = float(model.qpos0[model.jnt_qposadr[list(model.jnt_bodyid).index(root)] + 2])
+        cam.distance = max(1.6, 3.5 * height)
+        cam.elevation, cam.azimuth = -20.0, 135.0
         cam.lookat[:] = 0.0
         return cam
     if model.ncam > 0:

@@ -133,11 +133,11 @@ else
     --episodes $EPISODES --run-dir /tmp/trot-gpu-run --out "$OUTDIR/curve.csv" \
     || { echo "training run FAILED or timed out"; status=1; }
   if [ -f "$OUTDIR/curve.csv" ]; then
-    $PY - "$OUTDIR/curve.csv" "$RES" "$TRAIN_ENVS" <<'EOF'
+    $PY - "$OUTDIR/curve.csv" "$RES" "$TRAIN_ENVS" "$DEV" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 r = rows[-1]
-line = (f"\ngo1-flat training on the GPU ({sys.argv[3]} envs): {float(r['train_s']):.0f} s, "
+line = (f"\ngo1-flat training on {sys.argv[4]} ({sys.argv[3]} envs): {float(r['train_s']):.0f} s, "
         f"{float(r['env_steps']):,.0f} env steps; eval over the episodes on MuJoCo C: "
         f"tracking error {float(r['lin_vel_error']):.3f} m/s, falls "
         f"{100 * float(r['fall_rate']):.1f}%")
@@ -148,6 +148,9 @@ EOF
 fi
 
 step "5. optional: go1-rough and g1-flat throughput"
+record ""
+record "| task | backend | envs | compile s | physics only | env loop | training |"
+record "|---|---|---|---|---|---|---|"
 for task in go1-rough g1-flat; do
   budget=$(( $(left) - 5 ))
   if [ "$budget" -lt 45 ]; then

@@ -195,7 +195,7 @@ def main() -> None:
     rate = trainer.env_steps / max(train_s, 1e-9)
     print(f"\ntask={a.task} N={trainer.env.num_envs} seed={trainer.cfg.seed} "
           f"agent overrides={a.agent or None} env overrides={a.env or None} "
-          f"threads={trainer.env.sim.nthread} "
+          f"threads={getattr(trainer.env.sim, 'nthread', 0)} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
     print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "
           f"{100 * a.max_falls:.0f}%: "

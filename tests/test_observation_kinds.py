@@ -55,6 +55,15 @@ class EveryKind(Cartpole):
     def bind(self, sim):
         super().bind(sim)
         self.command = torch.tensor([[0.3, -0.7]], device=sim.device).repeat(sim.num_envs, 1)
+        self.dt = sim.control_dt
+        self._steps = torch.arange(sim.num_envs) * 3  # each env's clock at its own time
+
+    def pre_step(self, sim, gen):
+        super().pre_step(sim, gen)
+        self._steps += 1
+
+    def clock_seconds(self):
+        return self._steps.float() * self.dt
 
     def policy_terms(self):
         return (ObsTerm("axis_vel", "sensor", ("pole_vel", "pole_axis"), scale=0.5),
@@ -63,7 +72,8 @@ class EveryKind(Cartpole):
                 ObsTerm("cmd", "command", offset=(0.1, 0.2)),
                 ObsTerm("last", "last_action", scale=3.0),
                 ObsTerm("scan", "height_scan", start=2, grid=(0.6, 0.4, 0.2), scale=2.0,
-                        clip=(-1.0, 0.9)))
+                        clip=(-1.0, 0.9)),
+                ObsTerm("clock", "clock", period=0.7, scale=0.5))
 
     def critic_terms(self):
         return self.policy_terms() + (
@@ -108,8 +118,10 @@ def test_robot_side_equals_env_side_for_every_robot_kind():
             mujoco.mj_step(model, data)
         builder.command[:] = env.task.command[i].numpy()
         builder.last_action[:] = env.last_action[i].numpy()
+        builder.time = float(env.task.clock_seconds()[i])
         np.testing.assert_allclose(builder.build(data), obs.policy[i].numpy(), atol=1e-5)
-    assert not np.allclose(obs.policy[0, -1].numpy(), 0.0)  # the last action is not zero
+    last = env.policy_layout.slots[4]  # the last action is not zero
+    assert not np.allclose(obs.policy[0, last.start:last.start + last.size].numpy(), 0.0)
 
 
 @pytest.mark.parametrize("kind", [k for k, v in KINDS.items() if v.robot is None])

@@ -22,27 +22,36 @@ from trot.tasks.registry import get_task  # noqa: E402
 DEV = os.environ.get("TROT_TEST_DEVICE", "cpu")  # the mjx side's (benchmarks/gpu_check.sh)
 
 
-def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def _lockstep(task, cfg, amplitude, steps=50):
+    """Step `task` on both backends (4 envs, seed 1, one torch thread) with the same
+    uniform random actions in +-amplitude; yield (t, |qpos_mjx - qpos_cpu|) [N, nq] after
+    each step, having checked that the same envs terminated."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = dataclasses.replace(get_task("go1-flat").config, obs_noise=False)
-        mjx = trot.make_env("go1-flat", num_envs=4, sim="mjx", device=DEV, seed=1, config=cfg)
-        cpu = trot.make_env("go1-flat", num_envs=4, sim="cpu", seed=1, config=cfg)
-        mjx.reset()
-        cpu.reset()
+        envs = [trot.make_env(task, num_envs=4, sim=s, device=d, seed=1, config=cfg)
+                for s, d in (("mjx", DEV), ("cpu", "cpu"))]
+        for env in envs:
+            env.reset()
+        mjx, cpu = envs
         gen = torch.Generator().manual_seed(0)
-        for t in range(50):
-            # joint targets within +-0.125 rad of the home pose (action scale 0.5)
-            action = 0.25 * (2 * torch.rand(4, 12, generator=gen) - 1)
+        for t in range(steps):
+            action = amplitude * (2 * torch.rand(4, 12, generator=gen) - 1)  # [N, A]
             a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
-            assert torch.equal(a.terminated.cpu(), b.terminated)
-            if t == 29:  # before contact differences accumulate
-                assert (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs().max() < 1e-3
-        assert (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs().max() <= 1e-2
+            assert torch.equal(a.terminated.cpu(), b.terminated), t
+            yield t, (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs()
     finally:
         torch.set_num_threads(threads)
+
+
+def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = dataclasses.replace(get_task("go1-flat").config, obs_noise=False)
+    # joint targets within +-0.125 rad of the home pose (action scale 0.5)
+    for t, gap in _lockstep("go1-flat", cfg, amplitude=0.25):
+        if t == 29:  # before contact differences accumulate
+            assert gap.max() < 1e-3
+    assert gap.max() <= 1e-2
 
 
 def test_go1_rough_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
@@ -54,30 +63,15 @@ def test_go1_rough_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     centimetres off there) and to 2.5e-2 m and 2.5e-2 in its quaternion after 50
     (measured). The tolerances are those numbers with some margin."""
     monkeypatch.chdir(tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = dataclasses.replace(get_task("go1-rough").config, obs_noise=False,
-                                  tile_size=3.0, terrain_rows=2, terrain_cols=7,
-                                  terrain_border=1.5, spawn_spread=0.2, start_row=1,
-                                  terrain_proportions=(0, 1, 1, 1, 1, 0, 0))
-        envs = [trot.make_env("go1-rough", num_envs=4, sim=s, device=d, seed=1, config=cfg)
-                for s, d in (("mjx", DEV), ("cpu", "cpu"))]
-        for env in envs:
-            env.reset()
-        mjx, cpu = envs
-        gen = torch.Generator().manual_seed(0)
-        for t in range(50):
-            action = 0.25 * (2 * torch.rand(4, 12, generator=gen) - 1)
-            a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
-            assert torch.equal(a.terminated.cpu(), b.terminated)
-            gap = (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs()  # [N, nq]
-            if t == 4:
-                assert gap[:, :3].max() < 5e-3
-        assert gap[:, :3].max() < 4e-2 and gap[:, 3:7].max() < 4e-2
-        assert gap[:, 7:].max() < 0.2
-    finally:
-        torch.set_num_threads(threads)
+    cfg = dataclasses.replace(get_task("go1-rough").config, obs_noise=False,
+                              tile_size=3.0, terrain_rows=2, terrain_cols=7,
+                              terrain_border=1.5, spawn_spread=0.2, start_row=1,
+                              terrain_proportions=(0, 1, 1, 1, 1, 0, 0))
+    for t, gap in _lockstep("go1-rough", cfg, amplitude=0.25):
+        if t == 4:
+            assert gap[:, :3].max() < 5e-3
+    assert gap[:, :3].max() < 4e-2 and gap[:, 3:7].max() < 4e-2
+    assert gap[:, 7:].max() < 0.2
 
 
 # g1-flat, measured: the base 2.6e-3 m apart after 10 steps and 1.2e-2 after 50; joints up
@@ -92,27 +86,12 @@ def test_g1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     A robot standing in one backend and falling in the other (a wrong model, gain, reset
     or randomization) is decimetres apart; the tolerances are the measured gaps x 3."""
     monkeypatch.chdir(tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        cfg = dataclasses.replace(get_task("g1-flat").config, obs_noise=False)
-        envs = [trot.make_env("g1-flat", num_envs=4, sim=s, device=d, seed=1, config=cfg)
-                for s, d in (("mjx", DEV), ("cpu", "cpu"))]
-        for env in envs:
-            env.reset()
-        mjx, cpu = envs
-        gen = torch.Generator().manual_seed(0)
-        for t in range(50):
-            action = 0.5 * (2 * torch.rand(4, 12, generator=gen) - 1)  # +-0.125 rad
-            a, b = mjx.step(action.to(mjx.device)), cpu.step(action)
-            assert torch.equal(a.terminated.cpu(), b.terminated)
-            gap = (mjx.sim.qpos.cpu() - cpu.sim.qpos).abs()  # [N, nq]
-            assert gap[:, 7:].max() < G1_JOINTS, t
-            if t == 9:
-                assert gap[:, :3].max() < G1_EARLY
-        assert gap[:, :3].max() < G1_BASE
-    finally:
-        torch.set_num_threads(threads)
+    cfg = dataclasses.replace(get_task("g1-flat").config, obs_noise=False)
+    for t, gap in _lockstep("g1-flat", cfg, amplitude=0.5):  # +-0.125 rad
+        assert gap[:, 7:].max() < G1_JOINTS, t
+        if t == 9:
+            assert gap[:, :3].max() < G1_EARLY
+    assert gap[:, :3].max() < G1_BASE
 
 
 def test_go1_env_step_is_two_xla_executions_without_flattens_or_transfers(monkeypatch):

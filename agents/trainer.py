@@ -112,9 +112,12 @@ class Trainer:
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
+        # the env's statistics live where its physics does (the host, in Sebulba mode)
+        dev = self.env.device
         ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
-        ep_vals = self.comm.merge_episode_stats(ep_vals)  # episodes of every rank
-        task_m = self.env.task.iteration_metrics()  # e.g. the terrain curriculum's level
+        ep_vals = self.comm.merge_episode_stats(ep_vals.to(dev))  # episodes of every rank
+        # e.g. the terrain curriculum's level
+        task_m = {k: v.to(dev) for k, v in self.env.task.iteration_metrics().items()}
         names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + ["finite"]
         values = torch.cat([torch.stack(list(stats.values())), ep_vals,
                             *(v.float()[None] for v in task_m.values()),

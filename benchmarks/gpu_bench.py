@@ -3,6 +3,9 @@
     python benchmarks/gpu_bench.py                      # cuda, 1024,4096,8192 envs
     python benchmarks/gpu_bench.py --device cpu --sizes 64,128 --steps 20 --train-iters 2
 
+`--sim cpu` with a cuda device measures Sebulba mode instead (tasks/hosted.py: MuJoCo C on
+the host cores, the env loop's results and the learner on the GPU).
+
 Prints one table (env-steps/s = control steps x envs per second; physics steps are that times
 the task's substeps) and a short training run; with --out DIR also
 writes bench.json and bench.txt there; with --append FILE each size's row is appended to
@@ -43,10 +46,11 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def train_throughput(env, device: torch.device, iters: int, rollout: int) -> tuple[float, float]:
+def train_throughput(env, sim: str, device: torch.device, iters: int,
+                     rollout: int) -> tuple[float, float]:
     """Trainer.iterate (rollout + PPO update) env-steps/s, and the last mean return seen."""
     agent = dataclasses.replace(PPOConfig(), rollout_steps=rollout)
-    cfg = TrainConfig(task=env.name, num_envs=env.num_envs, sim="mjx", device=str(device),
+    cfg = TrainConfig(task=env.name, num_envs=env.num_envs, sim=sim, device=str(device),
                       agent=agent, max_env_steps=10**12)
     trainer = Trainer(cfg, env)
     trainer.iterate()  # warm-up (the update's kernels, the reset program)
@@ -73,11 +77,68 @@ def short_training(task: str, num_envs: int, device: torch.device, seconds: floa
     return log
 
 
+def measure(a: argparse.Namespace, n: int, device: torch.device) -> dict:
+    """One env count: build, physics only, env loop and training env-steps/s."""
+    t = time.perf_counter()
+    env = trot.make_env(a.task, num_envs=n, sim=a.sim, device=device)
+    build_s = time.perf_counter() - t
+    s = env.sim.substeps
+    sebulba = a.sim == "cpu" and device.type != "cpu"
+    backend = f"mjx-{env.sim.impl}" if a.sim == "mjx" else "sebulba" if sebulba else "cpu"
+    row = {"num_envs": n, "backend": backend,
+           "compile_s": getattr(env.sim, "compile_seconds", 0.0), "build_s": build_s}
+    row["env_loop"] = env_loop(env, a.steps) / s  # env-steps/s (bench returns physics)
+    row["physics"] = sim_only(env, a.steps) / s  # from the env loop's own states
+    row["train"], row["train_return"] = train_throughput(env, a.sim, device, a.train_iters,
+                                                         a.rollout)
+    row["overflow_steps"] = int(getattr(env.sim, "overflow_steps", 0))
+    return row
+
+
+def cpu_baseline(task: str, n: int, steps: int) -> dict:
+    """The cpu backend (all host threads) at n envs: physics only and env loop."""
+    env = trot.make_env(task, num_envs=n, sim="cpu")
+    s = env.sim.substeps
+    return {"num_envs": n, "physics": sim_only(env, steps) / s,
+            "env_loop": env_loop(env, steps) / s, "threads": getattr(env.sim, "nthread", 0)}
+
+
+def report_training(say, training: list[dict], a: argparse.Namespace) -> None:
+    say()
+    say(f"training run: {a.task}, sim=mjx, {a.train_envs} envs, PPO defaults, "
+        f"budget {a.train_seconds:.0f} s")
+    ret = float("nan")  # iterations where no episode ended report none: carry the last
+    for m in training:
+        m["last_return"] = ret = m.get("episode_return", ret)
+    for m in training[:: max(1, len(training) // 10)] + training[-1:]:
+        say(f"  iter {m['iteration']:>4}  env_steps {m['env_steps']:>11,}  "
+            f"wall {m['wall_s']:>6.1f} s  mean return {m['last_return']:>7.1f}  "
+            f"unstable envs {m.get('unstable_envs', 0):.0f}")
+
+
+def report_table(say, rows: list[dict], cpu_row: dict | None, device: torch.device,
+                 task: str) -> None:
+    say()
+    say(f"env-steps/s on {device} ({task}; physics steps/s = env-steps/s x substeps)")
+    head = (f"{'backend':<10}{'envs':>7}{'compile s':>11}{'physics only':>15}{'env loop':>13}"
+            f"{'training':>13}")
+    say(head)
+    say("-" * len(head))
+    for r in rows:
+        say(f"{r['backend']:<10}{r['num_envs']:>7}{r['compile_s']:>11.1f}"
+            f"{r['physics']:>15,.0f}{r['env_loop']:>13,.0f}{r['train']:>13,.0f}")
+    if cpu_row:
+        say(f"{'cpu':<10}{cpu_row['num_envs']:>7}{'-':>11}{cpu_row['physics']:>15,.0f}"
+            f"{cpu_row['env_loop']:>13,.0f}{'-':>13}   ({cpu_row['threads']} threads)")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="cartpole-balance")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--sim", default="mjx", choices=("mjx", "cpu"),
+                   help="physics backend of the measured rows (cpu + cuda: Sebulba)")
     p.add_argument("--sizes", default="1024,4096,8192", help="comma-separated env counts")
     p.add_argument("--steps", type=int, default=200, help="control steps per measurement")
     p.add_argument("--train-iters", type=int, default=10, help="timed Trainer iterations")
@@ -117,64 +178,24 @@ def main() -> int:
         f" jax_devices={jax.devices()} mujoco={mujoco.__version__} cpus={os.cpu_count()}")
     rows = []
     for n in sizes:
-        t = time.perf_counter()
-        env = trot.make_env(a.task, num_envs=n, sim="mjx", device=device)
-        build_s = time.perf_counter() - t
-        s = env.sim.substeps
-        row = {"num_envs": n, "impl": env.sim.impl, "compile_s": env.sim.compile_seconds,
-               "build_s": build_s}
-        row["env_loop"] = env_loop(env, a.steps) / s  # env-steps/s (bench returns physics)
-        row["physics"] = sim_only(env, a.steps) / s  # from the env loop's own states
-        row["train"], row["train_return"] = train_throughput(env, device, a.train_iters,
-                                                             a.rollout)
-        row["overflow_steps"] = int(env.sim.overflow_steps)
+        row = measure(a, n, device)
         rows.append(row)
         print(f"  N={n}: {row}", flush=True)
         if a.append:  # now, so that a timeout loses nothing measured
             with open(a.append, "a") as f:
-                f.write(f"| {a.task} | mjx-{row['impl']} | {n} | {row['compile_s']:.1f} | "
+                f.write(f"| {a.task} | {row['backend']} | {n} | {row['compile_s']:.1f} | "
                         f"{row['physics']:,.0f} | {row['env_loop']:,.0f} | "
                         f"{row['train']:,.0f} |\n")
-        del env
         _free(device)
 
-    if a.cpu_baseline:
-        env = trot.make_env(a.task, num_envs=a.cpu_baseline, sim="cpu")
-        s = env.sim.substeps
-        cpu_row = {"num_envs": a.cpu_baseline, "physics": sim_only(env, a.steps) / s,
-                   "env_loop": env_loop(env, a.steps) / s,
-                   "threads": getattr(env.sim, "nthread", 0)}
-        del env
-    else:
-        cpu_row = None
+    cpu_row = cpu_baseline(a.task, a.cpu_baseline, a.steps) if a.cpu_baseline else None
 
     training = []
     if a.train_seconds > 0:
         training = short_training(a.task, a.train_envs, device, a.train_seconds,
                                   a.train_max_iters)
-        say()
-        say(f"training run: {a.task}, sim=mjx, {a.train_envs} envs, PPO defaults, "
-            f"budget {a.train_seconds:.0f} s")
-        ret = float("nan")  # iterations where no episode ended report none: carry the last
-        for m in training:
-            m["last_return"] = ret = m.get("episode_return", ret)
-        for m in training[:: max(1, len(training) // 10)] + training[-1:]:
-            say(f"  iter {m['iteration']:>4}  env_steps {m['env_steps']:>11,}  "
-                f"wall {m['wall_s']:>6.1f} s  mean return {m['last_return']:>7.1f}  "
-                f"unstable envs {m.get('unstable_envs', 0):.0f}")
-
-    say()
-    say(f"env-steps/s on {device} ({a.task}; physics steps/s = env-steps/s x substeps)")
-    head = (f"{'backend':<10}{'envs':>7}{'compile s':>11}{'physics only':>15}{'env loop':>13}"
-            f"{'training':>13}")
-    say(head)
-    say("-" * len(head))
-    for r in rows:
-        say(f"{'mjx-' + r['impl']:<10}{r['num_envs']:>7}{r['compile_s']:>11.1f}"
-            f"{r['physics']:>15,.0f}{r['env_loop']:>13,.0f}{r['train']:>13,.0f}")
-    if cpu_row:
-        say(f"{'cpu':<10}{cpu_row['num_envs']:>7}{'-':>11}{cpu_row['physics']:>15,.0f}"
-            f"{cpu_row['env_loop']:>13,.0f}{'-':>13}   ({cpu_row['threads']} threads)")
+        report_training(say, training, a)
+    report_table(say, rows, cpu_row, device, a.task)
 
     if a.out:
         out = Path(a.out)

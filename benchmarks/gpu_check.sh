@@ -26,8 +26,9 @@
 # mjx tests on CUDA (cartpole, Go1, G1; TROT_TEST_DEVICE=cuda); 3 go1-flat physics only
 # (from the env loop's own states), env loop and training env-steps/s at 1024 and 4096
 # envs; 4 a 3-minute go1-flat training run on the GPU, evaluated at the end with the
-# tracking metrics (128 episodes on MuJoCo C); 5 if time remains: go1-rough and g1-flat.
-# (Sebulba, MuJoCo C on the host feeding a GPU learner, is not built yet.)
+# tracking metrics (128 episodes on MuJoCo C); 5 if time remains: Sebulba (go1-flat on
+# MuJoCo C on the host cores, the learner on the GPU) at 1024 envs, then go1-rough and
+# g1-flat on mjx.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -41,10 +42,10 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false  # JAX shares the GPU with torch
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/trot-jax-cache}
 if [ "${DRY:-0}" = "1" ]; then  # this CPU, small: every step runs, nothing is meaningful
   DEV=cpu; SIZES=64; TRAIN_ENVS=64; TRAIN_MIN=0.3; EPISODES=8; LIMIT=900
-  TESTS="tests/test_mjx.py"
+  TESTS="tests/test_mjx.py tests/test_hosted.py"
 else
   DEV=cuda; SIZES=1024,4096; TRAIN_ENVS=4096; TRAIN_MIN=3; EPISODES=128; LIMIT=420
-  TESTS="tests/test_mjx.py tests/test_go1_mjx.py"
+  TESTS="tests/test_mjx.py tests/test_hosted.py tests/test_go1_mjx.py"
 fi
 status=0
 elapsed() { echo $(( $(date +%s) - T0 )); }
@@ -147,18 +148,19 @@ EOF
   fi
 fi
 
-step "5. optional: go1-rough and g1-flat throughput"
+step "5. optional: Sebulba go1-flat, then go1-rough and g1-flat throughput"
 record ""
 record "| task | backend | envs | compile s | physics only | env loop | training |"
 record "|---|---|---|---|---|---|---|"
-for task in go1-rough g1-flat; do
+for run in cpu:go1-flat mjx:go1-rough mjx:g1-flat; do
+  sim=${run%%:*}; task=${run#*:}
   budget=$(( $(left) - 5 ))
   if [ "$budget" -lt 45 ]; then
-    echo "$task skipped: ${budget} s left"; continue
+    echo "$task on $sim skipped: ${budget} s left"; continue
   fi
-  timeout "$budget" $PY benchmarks/gpu_bench.py --task $task --device $DEV \
+  timeout "$budget" $PY benchmarks/gpu_bench.py --task $task --sim $sim --device $DEV \
     --sizes "${SIZES%%,*}" --steps 50 --train-iters 2 --train-seconds 0 --cpu-baseline 0 \
-    --append "$RES" || echo "$task FAILED or timed out (optional: exit status unchanged)"
+    --append "$RES" || echo "$task on $sim FAILED or timed out (optional: exit unchanged)"
 done
 
 step "done in $(elapsed) s (exit $status)"

@@ -41,7 +41,8 @@ def make_sim(backend: str, model: mujoco.MjModel, num_envs: int, substeps: int,
     if backend == "cpu":
         if dev.type != "cpu":
             raise ValueError(f"the cpu backend keeps its state on 'cpu', not {device!r}; "
-                             "use sim='mjx' to simulate on a GPU")
+                             "use sim='mjx' to simulate on a GPU, or make_env(sim='cpu', "
+                             "device='cuda') for MuJoCo C feeding a GPU learner (Sebulba)")
         return getattr(importlib.import_module(module), cls)(model, num_envs, substeps, **kw)
     sim_cls = getattr(importlib.import_module(module), cls)
     return sim_cls(model, num_envs, substeps, device=dev, **kw)

@@ -46,12 +46,18 @@ class MirrorMap:
         offsets = torch.arange(k, device=self.perm.device).repeat_interleave(d) * d
         return MirrorMap(self.perm.repeat(k) + offsets, self.signs.repeat(k))
 
+    def to(self, device: torch.device) -> "MirrorMap":
+        return MirrorMap(self.perm.to(device), self.signs.to(device))
+
 
 @dataclass(frozen=True)
 class Mirrors:
     policy: MirrorMap
     critic: MirrorMap
     action: MirrorMap
+
+    def to(self, device: torch.device) -> "Mirrors":
+        return Mirrors(self.policy.to(device), self.critic.to(device), self.action.to(device))
 
 
 def context(mirror: Mirror, model: mujoco.MjModel) -> MirrorContext:

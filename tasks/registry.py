@@ -10,9 +10,10 @@ from typing import Any
 import mujoco
 import torch
 
-from trot.sim import make_sim
+from trot.sim import make_sim, resolve_device
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.env import Env
+from trot.tasks.hosted import HostedEnv
 from trot.tasks.sources import (BUILTIN, HOW_TO_ADD, DuplicateTaskError, TaskSource,
                                 current_source, load_plugins)
 
@@ -83,8 +84,10 @@ def compile_model(task: Task) -> mujoco.MjModel:
 
 def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
              device: str | torch.device = "cpu", seed: int = 0,
-             config: TaskConfig | None = None) -> Env:
-    """Build N envs of a registered task. `config` replaces the task's default config."""
+             config: TaskConfig | None = None) -> Env | HostedEnv:
+    """Build N envs of a registered task. `config` replaces the task's default config.
+    sim="cpu" with a GPU `device` is Sebulba mode (tasks/hosted.py): MuJoCo C on the host,
+    results on the GPU."""
     entry = get_task(task)
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -95,6 +98,8 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     cfg.validate()
     t = entry.task_cls(cfg)
     model = compile_model(t)
-    s = make_sim(sim, model, num_envs, cfg.substeps, device, fields=t.data_fields)
-    return Env(task, t, s, seed)
+    hosted = sim == "cpu" and resolve_device(device).type != "cpu"
+    s = make_sim(sim, model, num_envs, cfg.substeps, "cpu" if hosted else device,
+                 fields=t.data_fields)
+    return HostedEnv(Env(task, t, s, seed), device) if hosted else Env(task, t, s, seed)
 

@@ -72,11 +72,11 @@ def raw_rollout(model: mujoco.MjModel, n: int, nstep: int, nthread: int) -> floa
 
 def sim_seconds(env: Env, steps: int) -> float:
     """Wall time of `steps` calls of `BatchedSim.step` under zero control."""
-    ctrl = torch.zeros(env.num_envs, env.sim.model.nu, device=env.device)
+    ctrl = torch.zeros(env.num_envs, env.sim.model.nu, device=env.sim.device)  # the sim's own
     t = time.perf_counter()
     for _ in range(steps):
         env.sim.step(ctrl)
-    _sync(env.device)
+    _sync(env.sim.device)
     return time.perf_counter() - t
 
 

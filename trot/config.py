@@ -29,9 +29,10 @@ class TrainConfig:
     seed: int = 0
     """seeds the envs, the network init and the sampling"""
     device: str = "cpu"
-    """learner and sim device: cpu, cuda, cuda:K"""
+    """learner device: cpu, cuda, cuda:K (also the sim's on mjx)"""
     sim: str = "cpu"
-    """physics backend: cpu (MuJoCo C) or mjx"""
+    """physics backend: cpu (MuJoCo C on the host; with a cuda device, Sebulba mode: one
+    copy of the observations up and of the actions down per step) or mjx"""
     max_env_steps: int = 5_000_000
     """stop after this many env steps (control steps x envs)"""
     minutes: float = 0.0

@@ -134,14 +134,21 @@ class Actor(nn.Module):
     def sample(self, obs: Tensor, gen: torch.Generator | None = None,
                state: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Actions [B, A] = mean + std * eps, their log-probs [B], the means [B, A] and the
-        next state [B, S] (`state` None: a memoryless actor). The log-prob comes from eps
-        directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2, a few ops fewer per control
-        step than torch.distributions.Normal. eps is drawn from `gen` (the trainer's
-        checkpointed noise generator; default torch's global one)."""
+        next state [B, S] (`state` None: a memoryless actor). eps is drawn from `gen` (the
+        trainer's checkpointed noise generator; default torch's global one), then
+        `sample_with` does the rest."""
         if state is None:
             state = self.initial_state(obs.shape[0], obs.device)
+        eps = torch.randn((obs.shape[0], self.log_std.shape[0]), dtype=self.log_std.dtype,
+                          device=obs.device, generator=gen)  # [B, A]
+        return self.sample_with(obs, eps, state)
+
+    def sample_with(self, obs: Tensor, eps: Tensor, state: Tensor
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """`sample` given its noise eps [B, A]: no random draw, so ready for graph capture.
+        The log-prob comes from eps directly: -|eps|^2 / 2 - sum(log std) - A log(2 pi) / 2,
+        a few ops fewer per control step than torch.distributions.Normal."""
         mean, state = self.step(obs, state)
-        eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device, generator=gen)
         action = torch.addcmul(mean, eps, self.log_std.exp())
         const = self.log_std.sum() + 0.5 * math.log(2 * math.pi) * mean.shape[-1]
         return action, eps.square().sum(-1).mul_(-0.5).sub_(const), mean, state

@@ -207,6 +207,24 @@ class PPO:
         """One SGD step on minibatch `b`, whose policy means [B, A] are `mean` (with their
         graph); its statistics by logged name (0-d tensors)."""
         cfg, ac = self.cfg, self.ac
+        loss, stats = self.loss(b, mean, old_log_std)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
+        kl = self.comm.average_gradients(ac.parameters(), extra=stats["kl"])
+        if cfg.desired_kl > 0:
+            self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
+        grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        return stats | {"kl": kl, "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
+
+    def loss(self, b: Batch, mean: Tensor, old_log_std: Tensor
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The minibatch loss (0-d, with its graph) and its statistics: policy and value
+        losses, entropy, clip fraction, and the KL [0-d] of the policy now from the
+        pre-update one. A pure function of the tensors: ready for graph capture
+        (tests/test_capture.py)."""
+        cfg, ac = self.cfg, self.ac
         dist = ac.actor.dist_of(mean)
         log_probs = dist.log_prob(b.actions).sum(-1)  # [B]
         entropy = dist.entropy().sum(-1).mean()
@@ -222,21 +240,11 @@ class PPO:
         vf = value_loss(critic(b.critic_obs), critic.normalize_targets(b.values),
                         critic.normalize_targets(b.returns), cfg.value_clip)
         loss = pg + cfg.value_coef * vf - cfg.entropy_coef * entropy
-
         with torch.no_grad():
             kl = gaussian_kl(b.action_mean, old_log_std.expand_as(b.action_mean),
                              dist.loc, ac.actor.log_std.expand_as(dist.loc)).mean()
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
-        kl = self.comm.average_gradients(ac.parameters(), extra=kl)
-        if cfg.desired_kl > 0:
-            self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
-        grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
-        return {"loss/policy": pg.detach(), "loss/value": vf.detach(),
-                "entropy": entropy.detach(), "kl": kl, "clip_fraction": clip_frac,
-                "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
+        return loss, {"loss/policy": pg.detach(), "loss/value": vf.detach(),
+                      "entropy": entropy.detach(), "kl": kl, "clip_fraction": clip_frac}
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone()}

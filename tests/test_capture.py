@@ -3,7 +3,8 @@ mode="reduce-overhead"): TorchDynamo traces it as one graph (`fullgraph=True`), 
 host sync (`.item()`, `bool(tensor)`), no Python branch on a tensor's value and no call
 Dynamo cannot follow. backend="eager" traces without generating code, so the check costs
 about a second. trot runs this code eagerly (nothing is compiled or captured yet, on any
-device; docs/architecture.md).
+device; docs/architecture.md). The learner's act step and minibatch loss are checked the
+same way.
 
 What is outside the captured part, by design: the random draws (`torch.Generator`, which
 Dynamo does not trace; drawn before, passed in, as `Env.observe(noise)` takes them) and the
@@ -12,11 +13,18 @@ physics launch itself (MuJoCo C on the cpu backend, an XLA program on mjx).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch._dynamo
 
 import trot
+from trot.agents.config import tuned
+from trot.agents.ppo import _sequence_means
+from trot.agents.trainer import build
+from trot.config import TrainConfig
+from trot.tasks.registry import get_task
 
 
 def _traced(fn, *args):
@@ -52,3 +60,34 @@ def test_a_host_sync_in_the_step_code_is_caught():
 
     with pytest.raises(Exception, match="(?i)graph break|item|unsupported"):
         _traced(synced, env.sim, torch.zeros(4, 12))
+
+
+@pytest.mark.parametrize("rnn", ["none", "gru"])
+def test_act_step_and_minibatch_loss_trace_as_one_graph(tmp_path, monkeypatch, rnn):
+    """The learner's side: the act step given its noise (`Actor.sample_with`) and the PPO
+    minibatch loss (`PPO.loss`, forward and statistics) on a real minibatch of go1-flat,
+    with a GRU actor too. What stays outside by design: the noise draw and the minibatch
+    shuffle (generators), backward and the optimizer step (autograd and torch.optim,
+    which torch.compile wraps with their own machinery)."""
+    monkeypatch.chdir(tmp_path)
+    agent = dataclasses.replace(tuned(get_task("go1-flat").agent), rollout_steps=4,
+                                minibatches=2, actor_hidden=(16,), critic_hidden=(16,),
+                                rnn=rnn, rnn_hidden=8)
+    trainer = build(TrainConfig(task="go1-flat", num_envs=4, agent=agent,
+                                torch_threads=1, update_threads=1))
+    actor, algo = trainer.ac.actor, trainer.algo
+    obs = trainer.env.obs.policy
+    state = actor.initial_state(4)
+    eps = torch.randn(4, trainer.env.action_dim)
+    with torch.no_grad():
+        for got, want in zip(_traced(actor.sample_with, obs, eps, state),
+                             actor.sample_with(obs, eps, state)):
+            assert torch.equal(got, want)
+    batch = algo.prepare(trainer.collect())
+    b, seq = next(algo._minibatches(batch, trainer.gen))
+    mean = actor(b.obs) if seq is None else _sequence_means(actor, b, seq)
+    old = actor.log_std.detach().clone()
+    loss, stats = _traced(algo.loss, b, mean, old)
+    want_loss, want_stats = algo.loss(b, mean, old)
+    assert torch.equal(loss, want_loss)
+    assert all(torch.equal(stats[k], want_stats[k]) for k in want_stats)

@@ -39,6 +39,17 @@ A long run may be split: `--resume` continues the run in `--run-dir` from its ch
 (training is bitwise the same as one run) and appends to the rows in `--out`, summing the
 training wall-clock; `--budget-min` is then the total. Every evaluation plays fresh envs
 of the same seed, so evaluations see the same starts and commands.
+
+`--eval-only` re-measures a run's checkpoint (e.g. after a metric changed) without
+training or writing.
+
+Seeds: `--seeds 0 1 2` trains each seed in turn (run dirs `RUN_DIR_seedK`, CSVs
+`OUT_seedK.csv`), prints for each the env steps and training wall-clock at which both
+thresholds first held and its env-steps/s, then their median and range. With `--resume`
+every seed continues from its own checkpoint (a finished seed is only re-reported).
+
+    python benchmarks/locomotion_cpu.py --seeds 0 1 2 --budget-min 20 --eval-every-min 2 \
+        --episodes 128 --out docs/data/go1_seeds.csv
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ import copy
 import csv
 import dataclasses
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -100,7 +112,7 @@ def _read_csv(path: Path) -> list[dict[str, float]]:
                 for row in csv.DictReader(f)]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="go1-flat", help="a registered legged task")
@@ -111,46 +123,80 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="train these seeds in turn and report their median and range")
     p.add_argument("--sim", default="cpu", help="physics backend for training: cpu or mjx")
     p.add_argument("--device", default="cpu", help="the learner's (and mjx's) device")
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir and the rows of --out")
+    p.add_argument("--eval-only", action="store_true",
+                   help="evaluate the checkpoint in --run-dir once with today's metrics; "
+                        "print the row, write nothing")
     p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="PPOConfig overrides over the task's registered ones, e.g. "
                         "symmetry=augment epochs=4 (for screening a change)")
     p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="task config overrides, e.g. obs_history=4")
     a = p.parse_args()
+    entry = get_task(a.task)
+    a.resume = a.resume or a.eval_only
+    if not a.resume and entry.task_cls.command_dim == 0:
+        p.error(f"{a.task} has no velocity command; pick a legged task")
+    return a
 
-    run_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
+
+def start(a: argparse.Namespace, seed: int, run_dir: Path, out: Path | None):
+    """(trainer, rows so far, training seconds so far): resumed from run_dir, or new."""
     if a.resume:  # the run's own task, whatever --task says
         trainer = resume_run(run_dir)
         a.task = trainer.cfg.task
-        rows = _read_csv(Path(a.out))
-        train_s = trainer.wall_s
+        return trainer, [] if out is None else _read_csv(out), trainer.wall_s
     entry = get_task(a.task)
-    if entry.task_cls.command_dim == 0:
-        p.error(f"{a.task} has no velocity command; pick a legged task")
-    terrain = "terrain" in {f.name for f in dataclasses.fields(entry.config)}
-    if not a.resume:
-        agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
-        env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
-        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=a.seed, agent=agent,
-                          sim=a.sim, device=a.device,
-                          env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir))
-        trainer = build(cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_json(run_dir / "config.json", cfg)
-        rows, train_s = [], 0.0
-    config = trainer.cfg.env
+    agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
+    env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=seed, agent=agent,
+                      sim=a.sim, device=a.device,
+                      env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir))
+    trainer = build(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run_dir / "config.json", cfg)
+    return trainer, [], 0.0
+
+
+def _met(a: argparse.Namespace, row: dict[str, float]) -> bool:
+    return row["lin_vel_error"] <= a.max_error and row["fall_rate"] <= a.max_falls
+
+
+def evaluation_row(a, trainer, train_s: float, last_return: float) -> dict[str, float]:
+    config, seed = trainer.cfg.env, 10_000 + trainer.cfg.seed
+    row = {"train_s": train_s, "env_steps": trainer.env_steps,
+           "train_return": last_return} | evaluate_now(a.task, config, trainer.ac.actor,
+                                                        a.episodes, seed)
+    if "terrain" in {f.name for f in dataclasses.fields(config)}:
+        row |= {"terrain_level": float(trainer.env.task.iteration_metrics()[
+            "terrain_level"])} | evaluate_course(a.task, config, trainer.ac.actor,
+                                                  a.episodes, seed)
+    print(" ".join(f"{row[c]:>16.4g}" for c in COLUMNS), flush=True)
+    extra = [f"{k} {v:.3g}" for k, v in row.items() if k not in COLUMNS]
+    if extra:  # terrain and gait columns
+        print("   " + ", ".join(extra), flush=True)
+    return row
+
+
+def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict:
+    """Train one seed to the budget with its evaluations; returns its summary."""
+    trainer, rows, train_s = start(a, seed, run_dir, None if a.eval_only else out)
+    if a.eval_only:
+        print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
+        row = evaluation_row(a, trainer, train_s, math.nan)
+        return {"seed": trainer.cfg.seed, "rate": trainer.env_steps / max(train_s, 1e-9),
+                "hit_min": math.nan, "hit_msteps": math.nan} | row
     # metrics.csv with per-term reward sums; curve.png redrawn rarely (it costs train time)
     logger = RunLogger(run_dir, tensorboard=False, curve_every_s=600.0,
                        iteration=trainer.iteration, env_steps=trainer.env_steps)
     prev = (train_s, trainer.env_steps)
-    hit = next((r["train_s"] for r in rows if r["lin_vel_error"] <= a.max_error
-                and r["fall_rate"] <= a.max_falls), None)
     last_return = float("nan")
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
     while train_s < 60 * a.budget_min:
@@ -164,26 +210,11 @@ def main() -> None:
             prev = (now, trainer.env_steps)
             last_return = m.get("episode_return", last_return)
         train_s += time.perf_counter() - t0
-        seed = 10_000 + trainer.cfg.seed
-        row = {"train_s": train_s, "env_steps": trainer.env_steps,
-               "train_return": last_return} | evaluate_now(a.task, config, trainer.ac.actor,
-                                                            a.episodes, seed)
-        if terrain:
-            row |= {"terrain_level": float(trainer.env.task.iteration_metrics()[
-                "terrain_level"])} | evaluate_course(a.task, config, trainer.ac.actor,
-                                                      a.episodes, seed)
-        rows.append(row)
-        print(" ".join(f"{row[c]:>16.4g}" for c in COLUMNS), flush=True)
-        extra = [f"{k} {v:.3g}" for k, v in row.items() if k not in COLUMNS]
-        if extra:  # terrain and gait columns
-            print("   " + ", ".join(extra), flush=True)
-        if hit is None and row["lin_vel_error"] <= a.max_error and \
-                row["fall_rate"] <= a.max_falls:
-            hit = train_s
+        rows.append(evaluation_row(a, trainer, train_s, last_return))
         trainer.wall_s = train_s
         # the rows first: a kill between the two leaves a row that --resume re-trains past
         # (the checkpoint is the one before it), never a checkpoint without its row
-        atomic_write(Path(a.out), lambda path: _write_csv(path, rows))
+        atomic_write(out, lambda path: _write_csv(path, rows))
         trainer.save(run_dir)
     logger.close()
     try:
@@ -192,15 +223,49 @@ def main() -> None:
         export_run(run_dir)
     except ImportError:
         pass
+    hit = next((r for r in rows if _met(a, r)), None)
     rate = trainer.env_steps / max(train_s, 1e-9)
     print(f"\ntask={a.task} N={trainer.env.num_envs} seed={trainer.cfg.seed} "
           f"agent overrides={a.agent or None} env overrides={a.env or None} "
           f"threads={getattr(trainer.env.sim, 'nthread', 0)} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
     print(f"first time tracking error <= {a.max_error:.2f} m/s and fall rate <= "
-          f"{100 * a.max_falls:.0f}%: "
-          + (f"{hit / 60:.1f} min" if hit is not None else "not reached"))
-    print(f"run directory: {run_dir}")
+          f"{100 * a.max_falls:.0f}%: " + (f"{hit['train_s'] / 60:.1f} min, "
+                                           f"{hit['env_steps'] / 1e6:.1f} M env steps"
+                                           if hit else "not reached"))
+    print(f"run directory: {run_dir}", flush=True)
+    return {"seed": trainer.cfg.seed, "rate": rate,
+            "hit_min": hit["train_s"] / 60 if hit else math.nan,
+            "hit_msteps": hit["env_steps"] / 1e6 if hit else math.nan}
+
+
+def _spread(values: list[float]) -> str:
+    """median (min..max); a seed that never met the thresholds counts as above the rest."""
+    met = [v for v in values if not math.isnan(v)]
+    if len(met) * 2 <= len(values):  # the median itself was not reached
+        return f"not reached by {len(values) - len(met)} of {len(values)} seeds"
+    ranked = sorted(met) + [math.inf] * (len(values) - len(met))
+    top = "not reached" if math.isinf(ranked[-1]) else f"{ranked[-1]:.1f}"
+    return f"{statistics.median(ranked):.1f} ({ranked[0]:.1f}..{top})"
+
+
+def main() -> None:
+    a = parse_args()
+    base_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
+    out = Path(a.out)
+    if a.seeds is None:
+        run_seed(a, a.seed, base_dir, out)
+        return
+    results = [run_seed(a, k, base_dir.with_name(f"{base_dir.name}_seed{k}"),
+                        out.with_name(f"{out.stem}_seed{k}{out.suffix}")) for k in a.seeds]
+    print("\n  seed  env-steps/s  thresholds met at (min)  (M env steps)")
+    for r in results:
+        print(f"{r['seed']:>6}  {r['rate']:>11,.0f}  {r['hit_min']:>23.1f}  "
+              f"{r['hit_msteps']:>13.1f}")
+    print(f"median (range) over {len(results)} seeds: "
+          f"{_spread([r['hit_min'] for r in results])} min, "
+          f"{_spread([r['hit_msteps'] for r in results])} M env steps, "
+          f"{statistics.median(r['rate'] for r in results):,.0f} env-steps/s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""benchmarks/locomotion_cpu.py end to end at toy sizes: seeds, their summary, resume.
+
+The bugs: two seeds sharing a run directory (the second resuming the first), the first
+time the thresholds held read from the wrong row, a resumed run repeating its rows, the
+median taken over seeds that never met the thresholds as if they had.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = ["--task", "go1-flat", "--num-envs", "8", "--episodes", "2", "--budget-min", "0.04",
+        "--eval-every-min", "0.02", "--agent", "rollout_steps=4", "minibatches=2"]
+
+
+def _run(tmp_path: Path, *extra: str) -> str:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"), *ARGS,
+           "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "curve.csv"), *extra]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
+    # thresholds no policy can miss: met at each seed's first evaluation
+    out = _run(tmp_path, "--seeds", "0", "1", "--max-error", "100", "--max-falls", "1")
+    for k in (0, 1):
+        cfg = json.loads((tmp_path / f"run_seed{k}" / "config.json").read_text())
+        assert cfg["seed"] == k
+        rows = _rows(tmp_path / f"curve_seed{k}.csv")
+        assert len(rows) == 2
+        first = f"{float(rows[0]['env_steps']) / 1e6:.1f} M env steps"
+        assert f"{float(rows[0]['train_s']) / 60:.1f} min, {first}" in out
+    assert "median (range) over 2 seeds" in out and "not reached" not in out
+
+    # a budget already spent: resume trains nothing more and repeats no row
+    again = _run(tmp_path, "--seeds", "0", "1", "--resume", "--max-error", "-1")
+    for k in (0, 1):
+        assert len(_rows(tmp_path / f"curve_seed{k}.csv")) == 2
+    assert "not reached by 2 of 2 seeds" in again  # -1 m/s: never met
+
+    # --eval-only: one more evaluation row printed, nothing written
+    before = (tmp_path / "curve_seed1.csv").read_text()
+    lines = _run(tmp_path, "--seeds", "1", "--eval-only").splitlines()
+    header = next(i for i, x in enumerate(lines) if x.split()[:1] == ["train_s"])
+    assert float(lines[header + 1].split()[1]) == float(_rows(tmp_path / "curve_seed1.csv")
+                                                        [-1]["env_steps"])
+    assert (tmp_path / "curve_seed1.csv").read_text() == before

@@ -45,6 +45,13 @@ class Rollout:
     def steps(self) -> int:
         return self.rewards.shape[0]
 
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for f in fields(self):
+            getattr(self, f.name).copy_(state[f.name])
+
 
 @dataclass
 class Sequences:

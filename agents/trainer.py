@@ -22,6 +22,7 @@ from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
 from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic, reset_state
+from trot.agents.overlap import Prefetch
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
 from trot.config import TrainConfig, load_json, save_json, to_json
@@ -49,9 +50,13 @@ class Trainer:
         self.algo = PPO(self.ac, a, dev, comm,
                         env.mirrors() if a.symmetry == "augment" else None)
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
-        self.storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
-                                        env.critic_obs_dim, env.action_dim, dev,
-                                        self.ac.actor.state_size)
+        buffer = lambda: Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,  # noqa: E731
+                                          env.critic_obs_dim, env.action_dim, dev,
+                                          self.ac.actor.state_size)
+        self.storage = buffer()
+        # async_collect: the next rollout fills a second buffer while the update runs
+        self.prefetch = Prefetch((self.storage, buffer()), self._collect_steps) \
+            if cfg.async_collect else None
         # the acting actor's memory [N, S], carried across iterations, zeroed at episode ends
         self.policy_state = self.ac.actor.initial_state(env.num_envs, dev)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
@@ -74,12 +79,21 @@ class Trainer:
         env.reset(stagger=cfg.stagger_start)
 
     # ------------------------------------------------------------------ one iteration
-    @torch.no_grad()
     def collect(self) -> Rollout:
-        ro, env = self.storage, self.env
-        actor = self.behaviour_actor  # None: act with the learner's own actor (no lag)
-        if actor is not None:
-            actor.load_state_dict(self.actor_snapshots[0])  # K updates old
+        """One rollout into the storage, acting with the actor of `actor_lag` updates ago
+        (the learner's own without a lag), with its V(s_t)."""
+        lagged = self.actor_snapshots[0] if self.behaviour_actor is not None else None
+        return self._values(self._collect_steps(self.storage, lagged))
+
+    @torch.no_grad()
+    def _collect_steps(self, ro: Rollout, actor_state: dict | None) -> Rollout:
+        """Steps the envs T times into `ro`, acting with the behaviour actor loaded with
+        `actor_state` (None: the learner's own actor). It touches only the env, the
+        behaviour actor, the noise generator and the acting memory (agents/overlap.py)."""
+        env, actor = self.env, None
+        if actor_state is not None:
+            actor = self.behaviour_actor
+            actor.load_state_dict(actor_state)
         ro.state0.copy_(self.policy_state)
         state = self.policy_state
         for t in range(ro.steps):
@@ -94,22 +108,33 @@ class Trainer:
                      truncated=res.truncated, final_critic_obs=res.final_obs.critic,
                      action_mean=mean)
         self.policy_state = state
-        # V(s_t) in one batched pass: the critic does not change during collection
+        return ro
+
+    @torch.no_grad()
+    def _values(self, ro: Rollout) -> Rollout:
+        """V(s_t) in one batched pass, with the critic the update will start from."""
         t_, n = ro.values.shape
         ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t_, n))
-        self.env_steps += ro.steps * env.num_envs * self.comm.world_size  # all ranks
         return ro
 
     def iterate(self) -> dict[str, float]:
         """One iteration; returns plain floats after the iteration's single host sync."""
         self.rollback.save()
-        set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores while stepping
-        ro = self.collect()
-        set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
+        if self.prefetch is None:
+            set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores to step
+            ro = self.collect()
+            set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
+        else:  # rollout k; k+1 is collected meanwhile, by the actor before this update
+            set_threads(self.cfg.update_threads)  # one (global) setting for both threads
+            ro = self._values(self.prefetch.begin(self.actor_snapshots[0],
+                                                  self.actor_snapshots[-1]))
+        self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks
         batch = self.algo.prepare(ro)
         behaviour = self.behaviour_actor
         stats = self.algo.update(batch, self.gen, lagged=behaviour is not None)
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
+        if self.prefetch is not None:
+            self.prefetch.end()  # the env, its statistics and the noise stream are ours again
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         # the env's statistics live where its physics does (the host, in Sebulba mode)
@@ -151,7 +176,8 @@ class Trainer:
                                                   "gen": self.gen.get_state(),
                                                   "noise_gen": self.noise_gen.get_state(),
                                                   "torch_rng": torch.get_rng_state(),
-                                                  "policy_state": self.policy_state}))
+                                                  "policy_state": self.policy_state}
+                                                 | self._pending()))
         if ranks is None:
             return None
         return {
@@ -162,6 +188,11 @@ class Trainer:
             "nan_updates": self.nan_updates, "config": to_json(self.cfg),
             "trot_version": trot.__version__,
         } | ({"actor_snapshots": list(self.actor_snapshots)} if self.cfg.actor_lag else {})
+
+    def _pending(self) -> dict:
+        """async_collect: the rollout collected during the last update, not yet learned
+        from; resuming without it would collect a different one."""
+        return {} if self.prefetch is None else {"pending": self.prefetch.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
@@ -183,6 +214,8 @@ class Trainer:
         if "policy_state" in mine:  # checkpoints before memory policies have none
             self.policy_state = mine["policy_state"].to(self.env.device)
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
+        if self.prefetch is not None:
+            self.prefetch.load_state_dict(mine.get("pending"))
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
             self.actor_snapshots.clear()
             self.actor_snapshots.extend(s.get("actor_snapshots", [_clone_state(self.ac.actor)]))

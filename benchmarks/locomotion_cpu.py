@@ -34,6 +34,7 @@ commanded speed is above 0.2 m/s.
         --max-error 0.25 --max-falls 0.05 --out docs/data/g1_curve.csv
 
 Policies with memory: `--agent rnn=gru` (a recurrent actor), `--env obs_history=4`.
+Collection overlapped with learning: `--train async_collect=True actor_lag=1`.
 
 A long run may be split: `--resume` continues the run in `--run-dir` from its checkpoint
 (training is bitwise the same as one run) and appends to the rows in `--out`, summing the
@@ -139,6 +140,8 @@ def parse_args() -> argparse.Namespace:
                         "symmetry=augment epochs=4 (for screening a change)")
     p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="task config overrides, e.g. obs_history=4")
+    p.add_argument("--train", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="TrainConfig overrides, e.g. async_collect=True actor_lag=1")
     a = p.parse_args()
     entry = get_task(a.task)
     a.resume = a.resume or a.eval_only
@@ -158,7 +161,8 @@ def start(a: argparse.Namespace, seed: int, run_dir: Path, out: Path | None):
     env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
     cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=seed, agent=agent,
                       sim=a.sim, device=a.device,
-                      env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir))
+                      env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir),
+                      **dict(map(parse_override, a.train)))
     trainer = build(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_json(run_dir / "config.json", cfg)

@@ -9,11 +9,13 @@ the ratio issue 23 asks for (>= 0.60).
 
     python benchmarks/profile_iteration.py --task go1-flat --iterations 10
     python benchmarks/profile_iteration.py --task go2-flat --agent symmetry=augment
+    python benchmarks/profile_iteration.py --task go1-flat --train async_collect=True actor_lag=1
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from collections import defaultdict
@@ -58,12 +60,18 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE")
+    p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="task config overrides, e.g. obs_history=4")
+    p.add_argument("--train", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="TrainConfig overrides, e.g. async_collect=True actor_lag=1 (the "
+                        "parts then overlap: only the env-steps/s line adds up)")
     a = p.parse_args()
     entry = get_task(a.task)
     agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
+    env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=entry.config,
-                          run_dir=tmp)
+        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=env_cfg,
+                          run_dir=tmp, **dict(map(parse_override, a.train)))
         trainer = build(cfg)
         logger = RunLogger(Path(tmp), tensorboard=True, curve_every_s=600.0)
         for _ in range(a.warmup):
@@ -88,7 +96,8 @@ def main() -> None:
     print(f"task={a.task} N={a.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
           f"minibatches={agent.minibatches} symmetry={agent.symmetry} "
           f"threads: sim {trainer.env.sim.nthread}, torch {trainer.cfg.torch_threads} / "
-          f"update {trainer.cfg.update_threads or 'all'}")
+          f"update {trainer.cfg.update_threads or 'all'}"
+          + (" async_collect (collection overlaps the update)" if cfg.async_collect else ""))
     n = a.iterations
     for label, s in totals.items():
         print(f"  {label:<48} {s / n:7.3f} s/it  {100 * s / total:5.1f}%")

@@ -54,6 +54,11 @@ class TrainConfig:
     actor_lag: int = 0
     """actors act with the parameters of K updates ago, kept as snapshots on the device
     (stale-actor experiments; see agent.off_policy for how the learner corrects)"""
+    async_collect: bool = False
+    """collect the next rollout on a second thread while this one's update runs (Sample
+    Factory's double buffering); it acts with the parameters one update old, so it needs
+    actor_lag=1, and trains exactly as actor_lag=1 does. Torch uses update_threads then,
+    for acting and the update alike, beside MuJoCo's threads"""
     nproc: int = 1
     """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
@@ -86,6 +91,9 @@ class TrainConfig:
                              f"{self.torch_threads}, {self.update_threads}")
         if self.actor_lag < 0:
             raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
+        if self.async_collect and self.actor_lag != 1:
+            raise ValueError("async_collect acts with the parameters one update old while the "
+                             f"update runs: it needs actor_lag=1, got actor_lag={self.actor_lag}")
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()

@@ -125,7 +125,7 @@ class Trainer:
             ro = self.collect()
             set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
         else:  # rollout k; k+1 is collected meanwhile, by the actor before this update
-            set_threads(self.cfg.update_threads)  # one (global) setting for both threads
+            set_threads(self.cfg.torch_threads)  # beside MuJoCo's threads, as while stepping
             ro = self._values(self.prefetch.begin(self.actor_snapshots[0],
                                                   self.actor_snapshots[-1]))
         self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks

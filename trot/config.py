@@ -57,8 +57,8 @@ class TrainConfig:
     async_collect: bool = False
     """collect the next rollout on a second thread while this one's update runs (Sample
     Factory's double buffering); it acts with the parameters one update old, so it needs
-    actor_lag=1, and trains exactly as actor_lag=1 does. Torch uses update_threads then,
-    for acting and the update alike, beside MuJoCo's threads"""
+    actor_lag=1, and trains exactly as actor_lag=1 does. Torch uses torch_threads then,
+    for acting and the update alike, since both run beside MuJoCo's threads"""
     nproc: int = 1
     """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""

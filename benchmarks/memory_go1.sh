@@ -15,8 +15,8 @@ minutes=${MINUTES:-30}
 variants=${*:-mlp gru history4}
 for v in $variants; do
   case $v in
-    mlp) flags=() ;;
-    gru) flags=(--agent rnn=gru) ;;
+    mlp) flags=(--env obs_history=1) ;;  # go1-flat registers a 4-frame history
+    gru) flags=(--agent rnn=gru --env obs_history=1) ;;
     history4) flags=(--env obs_history=4) ;;
     *) echo "unknown variant $v (mlp, gru, history4)" >&2; exit 2 ;;
   esac

@@ -20,10 +20,16 @@ PARAMS = ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm", "actuat
 
 
 def record(task: str = "go1-flat", steps: int = STEPS) -> dict[str, np.ndarray]:
+    import dataclasses
+
     import trot
+    from trot.tasks.registry import get_task
 
     torch.set_num_threads(1)
-    env = trot.make_env(task, num_envs=N, seed=SEED)
+    # one frame, as recorded: go1-flat registers a 4-frame history since 2026-12-02, which
+    # stacks these same frames (tests/test_memory.py checks the stacking)
+    cfg = dataclasses.replace(get_task(task).config, obs_history=1)
+    env = trot.make_env(task, num_envs=N, seed=SEED, config=cfg)
     gen = torch.Generator().manual_seed(7)
     obs = env.reset()
     out: dict[str, list[np.ndarray]] = {k: [] for k in (

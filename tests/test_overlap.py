@@ -8,21 +8,12 @@ import dataclasses
 import threading
 
 import pytest
-import torch
+from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG restored)
 from test_trainer import _assert_same, _new_run, _no_wall
 
 from trot.agents.config import PPOConfig
 from trot.agents.trainer import build, resume_run
 from trot.config import TrainConfig
-
-
-@pytest.fixture(autouse=True)
-def _isolate(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    yield
-    torch.set_num_threads(threads)
-    torch.set_rng_state(rng)
 
 
 def _cfg(tmp_path, overlap: bool, name: str = "run") -> TrainConfig:

@@ -79,6 +79,11 @@ class PPOConfig:
     """augment: each batch also holds its left-right mirror image (the task's Task.mirror:
     observations, critic observations and actions mirrored, advantages, returns and
     behaviour log-probs shared), as in rsl_rl's symmetry extension; doubles the update"""
+    update_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    """precision of the update's forward passes (actor and critic under autocast; weights,
+    Adam, gradients' accumulation, losses, the rollout and acting stay float32). bfloat16
+    runs the update's matrix products about 2.8x faster on a CPU with AVX512-BF16 or AMX and
+    on a GPU with native bf16; auto: bfloat16 on such a device, else float32"""
 
     def as_a2c(self) -> "PPOConfig":
         """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping."""
@@ -103,6 +108,8 @@ class PPOConfig:
             (self.rho_bar > 0 and self.c_bar > 0, "rho_bar and c_bar must be > 0"),
             (self.symmetry in ("none", "augment"),
              f"symmetry must be none or augment, got {self.symmetry!r}"),
+            (self.update_dtype in ("float32", "bfloat16", "auto"),
+             f"update_dtype must be float32, bfloat16 or auto, got {self.update_dtype!r}"),
             (self.rnn in ("none", "gru", "lstm"),
              f"rnn must be none, gru or lstm, got {self.rnn!r}"),
             (self.rnn_hidden > 0, f"rnn_hidden must be > 0, got {self.rnn_hidden}"),

@@ -35,11 +35,12 @@ class _NarrowLinear(torch.autograd.Function):
 
 class Linear(nn.Linear):
     """nn.Linear, with the fast weight gradient for narrow inputs while training (export
-    and inference run the plain nn.Linear graph)."""
+    and inference run the plain nn.Linear graph; so does autocast, whose bf16 gradient
+    would not meet the float32 weight in _NarrowLinear's backward)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if (torch.is_grad_enabled() and self.in_features < NARROW_INPUT and x.dim() == 2
-                and self.bias is not None):
+                and self.bias is not None and not torch.is_autocast_enabled(x.device.type)):
             return _NarrowLinear.apply(x, self.weight, self.bias)
         return super().forward(x)
 

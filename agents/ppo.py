@@ -7,6 +7,11 @@ optimizer reads, updated with `torch.where`, so no minibatch waits for the host.
 
 from __future__ import annotations
 
+import functools
+import re
+from contextlib import nullcontext
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
@@ -66,6 +71,24 @@ def _sequence_means(actor: torch.nn.Module, b: Batch, seq: Sequences) -> Tensor:
     return actor.sequence(b.obs.view(t, n, -1), seq.state0, seq.starts).flatten(0, 1)
 
 
+@functools.cache
+def _cpu_flags() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: no flags to read, so no claim of native bf16
+        return ""
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that says so, or a CPU whose
+    flags list avx512_bf16 or amx_bf16. Elsewhere bf16 products are emulated and slower
+    than float32, so update_dtype='auto' keeps float32 there."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and re.search(r"\b(avx512_bf16|amx_bf16)\b",
+                                              _cpu_flags()) is not None
+
+
 class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
@@ -85,6 +108,15 @@ class PPO:
         self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr, fused=True)
         lo, hi = LR_BOUNDS
         self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
+        self.bf16 = cfg.update_dtype == "bfloat16" or (cfg.update_dtype == "auto"
+                                                       and native_bf16(torch.device(device)))
+
+    def _forward_precision(self):
+        """The update's forward passes under bf16 autocast (update_dtype), else as they are:
+        the matrix products run in bf16 from float32 weights; backward follows the graph."""
+        if not self.bf16:
+            return nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16)
 
     @property
     def weights_by_log_prob(self) -> bool:
@@ -173,8 +205,7 @@ class PPO:
         sums = None
         for _ in range(cfg.epochs):
             for b, seq_b in self._minibatches(batch, gen):
-                mean = ac.actor(b.obs) if seq_b is None else _sequence_means(ac.actor, b, seq_b)
-                stats = self._minibatch(b, mean, old_log_std)
+                stats = self._minibatch(b, seq_b, old_log_std)
                 row = torch.stack(list(stats.values()))  # [S]: one add per minibatch
                 sums = torch.zeros_like(row) if sums is None else sums
                 sums += row
@@ -203,11 +234,14 @@ class PPO:
                                                                  seq.starts[:, envs],
                                                                  env_major=True)
 
-    def _minibatch(self, b: Batch, mean: Tensor, old_log_std: Tensor) -> dict[str, Tensor]:
-        """One SGD step on minibatch `b`, whose policy means [B, A] are `mean` (with their
-        graph); its statistics by logged name (0-d tensors)."""
+    def _minibatch(self, b: Batch, seq: Sequences | None, old_log_std: Tensor
+                   ) -> dict[str, Tensor]:
+        """One SGD step on minibatch `b` (its rollouts' `seq` for a recurrent actor); its
+        statistics by logged name (0-d tensors)."""
         cfg, ac = self.cfg, self.ac
-        loss, stats = self.loss(b, mean, old_log_std)
+        with self._forward_precision():
+            mean = ac.actor(b.obs) if seq is None else _sequence_means(ac.actor, b, seq)
+            loss, stats = self.loss(b, mean.to(b.actions.dtype), old_log_std)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
@@ -237,7 +271,8 @@ class PPO:
             pg, clip_frac = surrogate_loss(log_probs, b.log_probs, adv, cfg.clip,
                                            cfg.clip_low, cfg.clip_high)
         critic = ac.critic
-        vf = value_loss(critic(b.critic_obs), critic.normalize_targets(b.values),
+        vf = value_loss(critic(b.critic_obs).to(b.returns.dtype),
+                        critic.normalize_targets(b.values),
                         critic.normalize_targets(b.returns), cfg.value_clip)
         loss = pg + cfg.value_coef * vf - cfg.entropy_coef * entropy
         with torch.no_grad():

@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from trot.agents.config import tuned
+from trot.agents.config import parse_override, tuned
 from trot.agents.evaluate import run_episodes
 from trot.agents.trainer import build
 from trot.config import TrainConfig
@@ -35,11 +35,13 @@ VARIANTS = {  # name: (agent changes, env changes)
 }
 
 
-def run(variant: str, seed: int, budget_s: float, episodes: int, num_envs: int) -> dict:
+def run(variant: str, seed: int, budget_s: float, episodes: int, num_envs: int,
+        overrides: tuple = ()) -> dict:
+    """overrides: (field, value) pairs on the task's registered agent, for every variant."""
     entry = get_task(TASK)
     agent_changes, env_changes = VARIANTS[variant]
     env_cfg = dataclasses.replace(entry.config, **env_changes)
-    agent = dataclasses.replace(tuned(entry.agent), **agent_changes)
+    agent = dataclasses.replace(tuned(entry.agent + tuple(overrides)), **agent_changes)
     trainer = build(TrainConfig(task=TASK, num_envs=num_envs, seed=seed, agent=agent,
                                 env=env_cfg, max_env_steps=10**12))
     start = time.perf_counter()
@@ -63,11 +65,14 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=128)
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="changes to the task's registered agent, for every variant (screens)")
     a = p.parse_args()
+    overrides = tuple(map(parse_override, a.agent))
     rows = []
     for variant in a.variants:
         for seed in a.seeds:
-            rows.append(run(variant, seed, a.budget_s, a.episodes, a.num_envs))
+            rows.append(run(variant, seed, a.budget_s, a.episodes, a.num_envs, overrides))
             print(rows[-1], flush=True)
             if a.out is not None:
                 with open(a.out, "w", newline="") as f:  # every row so far, after each run

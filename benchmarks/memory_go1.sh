@@ -3,8 +3,9 @@
 # trained 30 minutes on go1-flat by benchmarks/locomotion_cpu.py (curves in
 # docs/data/go1_memory_VARIANT.csv, evaluated every 10 minutes over 128 episodes with
 # randomization and pushes on), then exported, and the export driven through plain
-# MuJoCo by `trot sim2sim` (16 episodes) next to `trot eval` of the same run (128):
-# both JSON lines go to docs/data/go1_memory_VARIANT.json.
+# MuJoCo by `trot sim2sim` next to `trot eval` of the same run, 128 episodes each
+# (SIM2SIM_EPISODES; the GRU and history-4 rows of 2026-12-01 used 16, where one fall
+# moved the mean error by 20%): both JSON lines go to docs/data/go1_memory_VARIANT.json.
 #
 #     bash benchmarks/memory_go1.sh [VARIANT ...]      # default: mlp gru history4
 #
@@ -13,11 +14,13 @@
 set -euo pipefail
 minutes=${MINUTES:-30}
 variants=${*:-mlp gru history4}
+# float32 updates: the variants were first measured so, before the legged tasks
+# registered update_dtype=auto (bf16 on a CPU with AVX512-BF16)
 for v in $variants; do
   case $v in
-    mlp) flags=(--env obs_history=1) ;;  # go1-flat registers a 4-frame history
-    gru) flags=(--agent rnn=gru --env obs_history=1) ;;
-    history4) flags=(--env obs_history=4) ;;
+    mlp) flags=(--agent update_dtype=float32 --env obs_history=1) ;;  # go1-flat: 4 frames
+    gru) flags=(--agent rnn=gru update_dtype=float32 --env obs_history=1) ;;
+    history4) flags=(--agent update_dtype=float32 --env obs_history=4) ;;
     *) echo "unknown variant $v (mlp, gru, history4)" >&2; exit 2 ;;
   esac
   run=runs/go1-memory/$v
@@ -29,6 +32,6 @@ for v in $variants; do
     "${flags[@]}"
   {
     python -m trot eval "$run" --episodes 128 --json | tail -n 1
-    python -m trot sim2sim "$run" --episodes 16 --json | tail -n 1
+    python -m trot sim2sim "$run" --episodes "${SIM2SIM_EPISODES:-128}" --json | tail -n 1
   } > "docs/data/go1_memory_$v.json"
 done

@@ -61,4 +61,6 @@ register(
     "go1-rough", Go1Rough,
     config_for(GO1, RoughConfig, w_orientation=-0.2),  # slopes tilt the base
     "the Go1 on generated rough terrain (slopes, stairs, rough ground, obstacles) with a "
-    "terrain curriculum; the critic sees a height scan", agent=GO1_AGENT, budget=60_000_000)
+    "terrain curriculum; the critic sees a height scan",
+    agent=GO1_AGENT | dict(update_dtype="float32"),  # as measured; bf16 not re-measured here
+    budget=60_000_000)

@@ -34,4 +34,5 @@ class Go2Flat(LeggedVelocity):
 
 register("go2-flat", Go2Flat, config_for(GO2),
          "a Go2-class quadruped (trot's MJCF, no sensors of its own) tracks velocity commands "
-         "up to 0.5 m/s on flat ground through the generic legged task", agent=GO1_AGENT)
+         "up to 0.5 m/s on flat ground through the generic legged task", agent=GO1_AGENT,
+         budget=20_000_000)

@@ -50,9 +50,7 @@ class G1Flat(LeggedBiped):
 # The Go1's learner. unitree_rl_gym's G1 entropy 0.01 and initial std 0.8 (tried first,
 # docs/benchmarks.md) let the std grow to ~200 behind the action clip: a bang-bang policy
 # whose means reached 1,700 (entropy is free where every action is clipped anyway).
-# float32 updates: its 120-minute results were measured so, and bf16 is not re-measured on
-# it yet (go1-flat and go2-flat were, docs/benchmarks.md)
-G1_AGENT = GO1_AGENT | dict(update_dtype="float32")
+G1_AGENT = GO1_AGENT
 
 register(
     "g1-flat", G1Flat, config_for(G1, BipedConfig),

@@ -38,10 +38,7 @@ Go1FlatConfig = LeggedConfig  # the Go1's settings are LeggedConfig's defaults
 
 GO1_AGENT = dict(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, gamma=0.99,
                  lam=0.95, entropy_coef=0.0025, desired_kl=0.01, init_log_std=-0.5,
-                 actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), activation="elu",
-                 # bf16 matrix products in the update where the device has them natively:
-                 # go2-flat's update 0.75 -> 0.42 s per iteration (docs/benchmarks.md)
-                 update_dtype="auto")
+                 actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), activation="elu")
 
 # the policy sees its last 4 observation frames: docs/benchmarks.md ("Go1 walking in
 # minutes") measured it walking in fewer env steps than with one frame
@@ -61,6 +58,4 @@ register(
     "go1-rough", Go1Rough,
     config_for(GO1, RoughConfig, w_orientation=-0.2),  # slopes tilt the base
     "the Go1 on generated rough terrain (slopes, stairs, rough ground, obstacles) with a "
-    "terrain curriculum; the critic sees a height scan",
-    agent=GO1_AGENT | dict(update_dtype="float32"),  # as measured; bf16 not re-measured here
-    budget=60_000_000)
+    "terrain curriculum; the critic sees a height scan", agent=GO1_AGENT, budget=60_000_000)

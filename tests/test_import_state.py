@@ -93,6 +93,6 @@ def test_registered_agent_overrides_are_read_and_unknown_names_refused():
     assert (go1.rollout_steps, go1.actor_hidden) == (24, (256, 128, 64))
     assert dataclasses.replace(go1, rollout_steps=16, actor_hidden=(64, 64),
                                critic_hidden=(64, 64), entropy_coef=0.0,
-                               init_log_std=0.0, update_dtype="float32") == PPOConfig()
+                               init_log_std=0.0) == PPOConfig()
     with pytest.raises(ValueError, match=r"unknown PPOConfig fields \['epoch'\].*epochs"):
         tuned((("epoch", 3),))

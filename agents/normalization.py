@@ -44,8 +44,9 @@ def masked_moments(x: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tenso
         return x.mean(0), x.var(0, unbiased=False), n
     w = keep.to(x.dtype)  # [B] row weights 0/1: the sums are two matrix-vector products
     n = w.sum()
-    flat = torch.where(keep[:, None], x.flatten(1), 0.0)  # [B, D]; a left-out NaN must
-    mean = (w @ flat) / n.clamp(min=1.0)  # [D]                 not reach the sums
+    # [B, D], left-out rows zeroed: a NaN times a zero weight would still be NaN
+    flat = torch.where(keep[:, None], x.flatten(1), 0.0)
+    mean = (w @ flat) / n.clamp(min=1.0)  # [D]
     var = (w @ (flat - mean).square_()) / n.clamp(min=1.0)  # [D], two-pass
     return mean.view(x.shape[1:]), var.view(x.shape[1:]), n
 

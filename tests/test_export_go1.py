@@ -240,3 +240,47 @@ def test_sim2sim_walks_the_batched_env_s_path_on_go1(policy, env_path):
             assert not runner.task.terminated(runner.sim)[0], (i, t)
         walked = np.linalg.norm(runner.data.qpos[:2] - env_path["state"][0, i, 1:3])
         assert walked > 1.0, f"env {i} moved {walked:.2f} m: the walker must walk"
+
+
+# Domain randomization, training side against sim2sim side: the batched sim writes each
+# env's drawn values into its own row of parameters (and runs mj_setConst for masses and
+# inertial frames); PlainSim writes them into its one model.xml (its own mj_setConst). The
+# same values must give the same physics step, or sim2sim would score a policy on other
+# dynamics than the ones it was trained and evaluated on.
+def test_sim2sim_randomized_physics_steps_like_the_batched_env_on_go1(policy):
+    c, n = policy.contract, 4
+    entry = get_task(c["task"])
+    cfg = type(entry.config).from_dict(c["task_config"] | QUIET | {"randomize": True})
+    env = make_env(c["task"], n, "cpu", "cpu", 5, cfg)
+    env.reset()
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(10):  # into contact-rich motion
+        env.step(0.5 * (2 * torch.rand(n, env.action_dim, generator=gen) - 1))
+    pre = _state(env)
+    action = 0.5 * (2 * torch.rand(n, env.action_dim, generator=gen) - 1)
+    env.step(action)
+    post = _state(env)
+    params = {k.removeprefix("param/"): v for k, v in env.sim.state_dict().items()
+              if k.startswith("param/")}
+    assert set(params) == {"geom_friction", "body_mass", "body_ipos", "actuator_gainprm",
+                           "actuator_biasprm"}  # what go1-flat randomizes, all per env
+    one = torch.ones(1, dtype=torch.bool)
+    nq, nv = env.sim.model.nq, env.sim.model.nv
+    for i in range(n):
+        off = {}
+        for randomized in (True, False):  # False: model.xml's nominal values, the control
+            runner = PlainRunner(WALKER, QUIET)
+            if randomized:
+                for field, values in params.items():
+                    runner.sim.set_params(field, one, values[i:i + 1])
+            _load(runner.model, runner.data, pre[i])
+            runner.data.ctrl[:] = policy.ctrl(action[i].numpy())
+            for _ in range(runner.sim.substeps):
+                mujoco.mj_step(runner.model, runner.data)
+            want = post[i, 1:1 + nq + nv]
+            off[randomized] = (np.abs(runner.data.qpos - want[:nq]).max(),
+                               np.abs(runner.data.qvel - want[nq:]).max())
+        print(f"env {i}: max |diff| (qpos, qvel) randomized {off[True]}, nominal {off[False]}")
+        assert off[True][0] <= STEP_TOL["qpos"] and off[True][1] <= STEP_TOL["qvel"], (i, off)
+        # the check can fail: the env's own draws change the step far beyond the tolerance
+        assert off[False][1] > 100 * STEP_TOL["qvel"], (i, off)

@@ -4,7 +4,7 @@
 # docs/data/go1_memory_VARIANT.csv, evaluated every 10 minutes over 128 episodes with
 # randomization and pushes on), then exported, and the export driven through plain
 # MuJoCo by `trot sim2sim` next to `trot eval` of the same run, 128 episodes each
-# (SIM2SIM_EPISODES; the GRU and history-4 rows of 2026-12-01 used 16, where one fall
+# (SIM2SIM_EPISODES; the history-4 row of 2026-12-01 used 16; at 16 one fall
 # moved the mean error by 20%): both JSON lines go to docs/data/go1_memory_VARIANT.json.
 #
 #     bash benchmarks/memory_go1.sh [VARIANT ...]      # default: mlp gru history4

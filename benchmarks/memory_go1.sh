@@ -14,7 +14,7 @@
 set -euo pipefail
 minutes=${MINUTES:-30}
 variants=${*:-mlp gru history4}
-# float32 updates, as the first two variants were measured (go1-flat's default, pinned so
+# float32 updates, as the history-4 variant was measured (go1-flat's default, pinned so
 # that a change of default cannot split the variants)
 for v in $variants; do
   case $v in

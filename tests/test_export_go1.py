@@ -39,11 +39,11 @@ def policy() -> OnnxPolicy:
     return OnnxPolicy(WALKER)  # also checks the contract against model.xml
 
 
-def _env(policy: OnnxPolicy, num_envs: int, seed: int = 0) -> Env:
-    """The batched cpu env of the exported task and config, QUIET."""
+def _env(policy: OnnxPolicy, num_envs: int, seed: int = 0, **changes) -> Env:
+    """The batched cpu env of the exported task and config, QUIET, then `changes`."""
     c = policy.contract
     entry = get_task(c["task"])
-    cfg = type(entry.config).from_dict(c["task_config"] | QUIET)
+    cfg = type(entry.config).from_dict(c["task_config"] | QUIET | changes)
     return make_env(c["task"], num_envs, "cpu", "cpu", seed, cfg)
 
 
@@ -248,10 +248,8 @@ def test_sim2sim_walks_the_batched_env_s_path_on_go1(policy, env_path):
 # same values must give the same physics step, or sim2sim would score a policy on other
 # dynamics than the ones it was trained and evaluated on.
 def test_sim2sim_randomized_physics_steps_like_the_batched_env_on_go1(policy):
-    c, n = policy.contract, 4
-    entry = get_task(c["task"])
-    cfg = type(entry.config).from_dict(c["task_config"] | QUIET | {"randomize": True})
-    env = make_env(c["task"], n, "cpu", "cpu", 5, cfg)
+    n = 4
+    env = _env(policy, n, seed=5, randomize=True)
     env.reset()
     gen = torch.Generator().manual_seed(1)
     for _ in range(10):  # into contact-rich motion

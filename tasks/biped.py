@@ -43,6 +43,9 @@ class BipedConfig(LeggedConfig):
     """s per gait cycle (both feet one step each)"""
     stance_share: float = 0.55
     """share of the cycle each foot should be on the ground"""
+    gait_offsets: tuple[float, ...] = ()
+    """each foot's touchdown in the cycle, as a share of it, in the description's feet order
+    (a trot: diagonal pairs half a cycle apart); empty: foot i at i / F (a biped alternates)"""
     standing_speed: float = 0.1
     """below this command size (planar m/s and yaw rad/s, norm) both feet stay down"""
     swing_height: float = 0.08
@@ -117,8 +120,11 @@ class LeggedBiped(LeggedVelocity):
         feet = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f) for f in self.robot.feet]
         self._foot_home_z = torch.tensor(d.geom_xpos[feet, 2], dtype=torch.float32,
                                          device=dev)
-        nfeet = len(feet)  # foot i's schedule is offset by i / F of a cycle
-        self._phase_offset = torch.arange(nfeet, device=dev, dtype=torch.float32) / nfeet
+        offsets = c.gait_offsets or tuple(i / len(feet) for i in range(len(feet)))
+        if len(offsets) != len(feet):
+            raise ValueError(f"gait_offsets has {len(offsets)} entries; give one per foot "
+                             f"({', '.join(self.robot.feet)}) or none")
+        self._phase_offset = torch.tensor(offsets, device=dev, dtype=torch.float32)
 
     def clock_seconds(self) -> Tensor:
         """[N] s since each env's episode began (the clock observation's time)."""

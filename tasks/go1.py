@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trot.tasks.biped import BipedConfig, LeggedBiped
 from trot.tasks.legged import LeggedConfig, LeggedVelocity, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.registry import register
@@ -48,6 +49,22 @@ register(
     "joint position targets at 50 Hz, a 4-frame observation history, domain randomization "
     "and pushes", agent=GO1_AGENT,
     budget=30_000_000)
+
+
+class Go1Trot(LeggedBiped):
+    robot = GO1
+
+
+# The Go1 with a trotting clock: diagonal pairs (FR+RL, FL+RR) half a 0.5 s cycle apart, each
+# foot down half of it (walk-these-ways' trot at 2 Hz); the clock's feet_phase and
+# gait_contact replace feet air time. The biped's joint-speed penalty is off (legged_gym's
+# quadrupeds have none) and nothing ends an episode by base height.
+register(
+    "go1-flat-trot", Go1Trot,
+    config_for(GO1, BipedConfig, obs_history=4, gait_period=0.5, stance_share=0.5,
+               gait_offsets=(0.0, 0.5, 0.5, 0.0), swing_height=0.08, w_joint_vel=0.0),
+    "go1-flat with a trotting gait clock: the policy sees the clock's phase and is paid for "
+    "feet that follow it", agent=GO1_AGENT, budget=30_000_000)
 
 
 class Go1Rough(LeggedRough):

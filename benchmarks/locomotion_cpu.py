@@ -47,7 +47,8 @@ training or writing.
 Seeds: `--seeds 0 1 2` trains each seed in turn (run dirs `RUN_DIR_seedK`, CSVs
 `OUT_seedK.csv`), prints for each the env steps and training wall-clock at which both
 thresholds first held and its env-steps/s, then their median and range. With `--resume`
-every seed continues from its own checkpoint (a finished seed is only re-reported).
+every seed continues from its own checkpoint (a finished seed is only re-reported; one
+without a checkpoint yet starts).
 
     python benchmarks/locomotion_cpu.py --seeds 0 1 2 --budget-min 20 --eval-every-min 2 \
         --episodes 128 --out docs/data/go1_seeds.csv
@@ -67,7 +68,7 @@ from pathlib import Path
 from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build, resume_run
+from trot.agents.trainer import CHECKPOINT, build, resume_run
 from trot.agents.config import parse_override, tuned
 from trot.config import TrainConfig, save_json
 from trot.runs import course_changes
@@ -151,8 +152,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def start(a: argparse.Namespace, seed: int, run_dir: Path, out: Path | None):
-    """(trainer, rows so far, training seconds so far): resumed from run_dir, or new."""
-    if a.resume:  # the run's own task, whatever --task says
+    """(trainer, rows so far, training seconds so far): resumed from run_dir, or new (also
+    under --resume when run_dir has no checkpoint yet: a seed the split run never began)."""
+    if a.resume and (a.eval_only or (run_dir / CHECKPOINT).exists()):
+        # the run's own task, whatever --task says
         trainer = resume_run(run_dir)
         a.task = trainer.cfg.task
         return trainer, [] if out is None else _read_csv(out), trainer.wall_s

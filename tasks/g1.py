@@ -1,11 +1,11 @@
 """`g1-flat`: trot's Unitree G1-class humanoid (tasks/assets/g1.xml) walks to velocity
-commands on flat ground through the biped variant of the legged task (tasks/biped.py)."""
+commands on flat ground through the biped variant of the legged task (tasks/clocked.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trot.tasks.biped import BipedConfig, LeggedBiped
+from trot.tasks.clocked import ClockedConfig, LeggedClocked
 from trot.tasks.go1 import GO1_AGENT
 from trot.tasks.legged import config_for
 from trot.tasks.legged_robot import LeggedRobot
@@ -43,7 +43,7 @@ G1 = LeggedRobot(
 )
 
 
-class G1Flat(LeggedBiped):
+class G1Flat(LeggedClocked):
     robot = G1
 
 
@@ -53,7 +53,7 @@ class G1Flat(LeggedBiped):
 G1_AGENT = GO1_AGENT
 
 register(
-    "g1-flat", G1Flat, config_for(G1, BipedConfig),
+    "g1-flat", G1Flat, config_for(G1, ClockedConfig),
     "a Unitree G1-class humanoid (trot's MJCF, 12 leg joints) walks to velocity commands on "
     "flat ground with a clocked gait; domain randomization and pushes", agent=G1_AGENT,
     budget=100_000_000)

@@ -1,5 +1,5 @@
 """g1-flat: trot's G1-class humanoid (tasks/assets/g1.xml) and the biped task
-(tasks/biped.py): the model's facts, standing under zero actions, its self-collisions, the
+(tasks/clocked.py): the model's facts, standing under zero actions, its self-collisions, the
 gait clock on both sides of the export, the biped terms on hand-set states, the mirror
 (half a cycle later) and the gait metrics (tasks/gait.py) on a synthetic gait whose answers
 are known by construction."""

@@ -437,3 +437,44 @@ def test_sim2sim_randomization_keeps_the_state():
     np.testing.assert_array_equal(d.qpos, q)
     np.testing.assert_array_equal(d.qvel, v)
     np.testing.assert_allclose(m.body_mass, mass[0].double().numpy(), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------- trotting clock
+
+
+def _trot(n: int = 2, **changes) -> trot.tasks.Env:
+    base = trot.get_task("go1-flat-trot").config
+    cfg = replace(base, randomize=False, push=False, obs_noise=False, standing_fraction=0.0,
+                  lin_vel_x=(0.5, 1.0), **changes)
+    return trot.make_env("go1-flat-trot", num_envs=n, seed=0, config=cfg)
+
+
+def test_trot_clock_pairs_the_diagonal_feet():
+    """Over one cycle, two feet share the clock's schedule exactly when they are diagonal
+    in the model (opposite signs of x and y in the base frame at home), and the two pairs
+    alternate. Catches offsets read in another order than the description's feet (a pace
+    or a bound instead of a trot)."""
+    env = _trot()
+    env.reset()
+    m = env.sim.model
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "home"))
+    mujoco.mj_kinematics(m, d)
+    feet = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f) for f in go1.GO1.feet]
+    side = np.sign(d.geom_xpos[feet, :2] - d.xpos[1, :2])  # [F, 2]: front/back, left/right
+    cycle = round(env.task.config.gait_period / env.control_dt)
+    schedule = []
+    for _ in range(cycle):
+        env.step(torch.zeros(2, 12))
+        schedule.append(env.task.stance_expected()[0].clone())
+    schedule = torch.stack(schedule)  # [T, F]
+    assert (schedule.sum(-1) == 2).all()  # one diagonal pair down at a time
+    for i in range(4):
+        for j in range(i + 1, 4):
+            diagonal = bool((side[i] != side[j]).all())
+            assert bool((schedule[:, i] == schedule[:, j]).all()) == diagonal, (i, j)
+
+
+def test_gait_offsets_need_one_per_foot():
+    with pytest.raises(ValueError, match="one per foot.*FR_foot"):
+        _trot(gait_offsets=(0.0, 0.5))

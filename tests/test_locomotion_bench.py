@@ -2,7 +2,8 @@
 
 The bugs: two seeds sharing a run directory (the second resuming the first), the first
 time the thresholds held read from the wrong row, a resumed run repeating its rows, the
-median taken over seeds that never met the thresholds as if they had.
+median taken over seeds that never met the thresholds as if they had, a --resume over
+seeds that fails on the one that never began.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
     for k in (0, 1):
         assert len(_rows(tmp_path / f"curve_seed{k}.csv")) == 2
     assert "not reached by 2 of 2 seeds" in again  # -1 m/s: never met
+
+    # a seed the split run never began starts under --resume; the others only re-report
+    _run(tmp_path, "--seeds", "0", "2", "--resume", "--max-error", "100", "--max-falls", "1")
+    assert json.loads((tmp_path / "run_seed2" / "config.json").read_text())["seed"] == 2
+    assert len(_rows(tmp_path / "curve_seed2.csv")) == 2
+    assert len(_rows(tmp_path / "curve_seed0.csv")) == 2
 
     # --eval-only: one more evaluation row printed, nothing written
     before = (tmp_path / "curve_seed1.csv").read_text()

@@ -1,16 +1,20 @@
-"""Velocity tracking for a biped: the generic legged task (tasks/legged.py) plus the terms
-a two-legged walker needs. A robot's task is `class G1Flat(LeggedBiped): robot = G1`.
+"""Velocity tracking with a gait clock: the generic legged task (tasks/legged.py) plus a
+clock that sets the feet's rhythm, and the terms a clocked walker needs. A robot's task is
+`class G1Flat(LeggedClocked): robot = G1` (a biped, tasks/g1.py) or `class Go1Flat(...)` (a
+trotting quadruped, tasks/go1.py).
 
-The gait is set by a clock, as in unitree_rl_gym's G1 and H1 tasks and MuJoCo Playground's
-humanoid joysticks: each episode runs a cycle of `gait_period` seconds; the left foot should
-be down for the first `stance_share` of it and the right foot half a cycle later. The policy
-sees the clock's phase ([sin, cos], observation kind `clock`; on the robot, the time since
-it started walking). While the command is to stand (below `standing_speed`), both feet
-should stay down. Terms added to the legged task's (weights per second):
+The gait is set by a clock, as in unitree_rl_gym's G1 and H1 tasks, MuJoCo Playground's
+humanoid joysticks and walk-these-ways' quadrupeds: each episode runs a cycle of
+`gait_period` seconds; each foot should be down for the first `stance_share` of its own
+cycle, which starts `gait_offsets` of a cycle after the first foot's (a biped's feet half a
+cycle apart; a trot's diagonal pairs). The policy sees the clock's phase ([sin, cos],
+observation kind `clock`; on the robot, the time since it started walking). While the
+command is to stand (below `standing_speed`), every foot should stay down. Terms added to
+the legged task's (weights per second):
 
 - gait_contact: per foot, 1 where its contact matches the clock's schedule;
 - feet_phase: every foot follows the clock's swing arch (height above home 0 in stance, a
-  sine of peak swing_height over the swing; 0 for both feet while standing), an exp kernel
+  sine of peak swing_height over the swing; 0 for every foot while standing), an exp kernel
   as MuJoCo Playground's humanoid joysticks;
 - swing_height: (foot height above its home height - swing_height)^2 for feet in the air
   (unitree_rl_gym's; off by default: it leaves a shuffling robot unpenalized);
@@ -38,7 +42,9 @@ from trot.tasks.observation import ObsTerm
 
 
 @dataclass(frozen=True)
-class BipedConfig(LeggedConfig):
+class ClockedConfig(LeggedConfig):
+    """The clocked task's settings; the defaults are the G1's (tasks/g1.py)."""
+
     gait_period: float = 0.8
     """s per gait cycle (both feet one step each)"""
     stance_share: float = 0.55
@@ -84,10 +90,10 @@ class BipedConfig(LeggedConfig):
     """1 per second"""
 
 
-class LeggedBiped(LeggedVelocity):
-    """The legged velocity task with a gait clock and the biped terms (module docstring)."""
+class LeggedClocked(LeggedVelocity):
+    """The legged velocity task with a gait clock and its terms (module docstring)."""
 
-    config: BipedConfig
+    config: ClockedConfig
     _STATE = LeggedVelocity._STATE + ("_clock",)
 
     def policy_terms(self) -> tuple[ObsTerm, ...]:

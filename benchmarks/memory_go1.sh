@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Policies with memory on the Go1 (issue 21): an MLP, a GRU and a history-4 MLP, each
-# trained 30 minutes on go1-flat by benchmarks/locomotion_cpu.py (curves in
+# trained 30 minutes on the clock-free Go1 (go1-flat-airtime: go1-flat until 2026-12-02,
+# when these rows were measured) by benchmarks/locomotion_cpu.py (curves in
 # docs/data/go1_memory_VARIANT.csv, evaluated every 10 minutes over 128 episodes with
 # randomization and pushes on), then exported, and the export driven through plain
 # MuJoCo by `trot sim2sim` next to `trot eval` of the same run, 128 episodes each
@@ -14,11 +15,11 @@
 set -euo pipefail
 minutes=${MINUTES:-30}
 variants=${*:-mlp gru history4}
-# float32 updates, as the history-4 variant was measured (go1-flat's default, pinned so
+# float32 updates, as the history-4 variant was measured (the task's default, pinned so
 # that a change of default cannot split the variants)
 for v in $variants; do
   case $v in
-    mlp) flags=(--agent update_dtype=float32 --env obs_history=1) ;;  # go1-flat: 4 frames
+    mlp) flags=(--agent update_dtype=float32 --env obs_history=1) ;;  # it registers 4 frames
     gru) flags=(--agent rnn=gru update_dtype=float32 --env obs_history=1) ;;
     history4) flags=(--agent update_dtype=float32 --env obs_history=4) ;;
     *) echo "unknown variant $v (mlp, gru, history4)" >&2; exit 2 ;;
@@ -27,7 +28,7 @@ for v in $variants; do
   csv=docs/data/go1_memory_$v.csv
   resume=()
   [ -f "$run/checkpoint.pt" ] && resume=(--resume)
-  python benchmarks/locomotion_cpu.py --task go1-flat --budget-min "$minutes" \
+  python benchmarks/locomotion_cpu.py --task go1-flat-airtime --budget-min "$minutes" \
     --eval-every-min 10 --episodes 128 --run-dir "$run" --out "$csv" "${resume[@]}" \
     "${flags[@]}"
   {

@@ -5,7 +5,7 @@ joint position targets around the standing pose, as in legged_gym (Rudin et al. 
 MuJoCo Playground's joystick tasks. It sees only what the robot measures: IMU, joint
 encoders, its last action and the command; the critic also gets privileged simulator state.
 The robot is data (`LeggedRobot`, tasks/legged_robot.py); a robot's task is a one-line
-subclass naming it, registered with `config_for(robot)` (see tasks/go1.py).
+subclass naming it, registered with `config_for(robot)` (see tasks/go2.py).
 
 Step order (tasks/env.py): pre_step (timers: command resampling, pushes; joint velocity
 snapshot) -> action_to_ctrl (latency) -> physics -> observation -> reward (which also
@@ -37,8 +37,8 @@ __all__ = ["COMMANDS", "LeggedConfig", "LeggedVelocity", "config_for"]
 
 
 class LeggedVelocity(Task[LeggedConfig]):
-    """Velocity tracking for `robot`. A robot's task: `class Go1Flat(LeggedVelocity): robot =
-    GO1` (tasks/go1.py)."""
+    """Velocity tracking for `robot`. A robot's task: `class Go2Flat(LeggedVelocity): robot =
+    GO2` (tasks/go2.py)."""
 
     robot: ClassVar[LeggedRobot]
     command_dim = 3

@@ -14,15 +14,18 @@ import torch
 import trot
 import trot.tasks.go1 as go1  # registers go1-flat
 from trot.tasks import locomotion as loco
+from trot.tasks.legged import LeggedConfig
 from trot.tasks.robots import RobotNotFoundError, load_robot, resolve_robot
 
-QUIET = replace(go1.Go1FlatConfig(), randomize=False, push=False, init_joint_noise=0.0,
+QUIET = replace(LeggedConfig(), randomize=False, push=False, init_joint_noise=0.0,
                 init_vel_noise=0.0, obs_noise=False)
 HOME = (0.0, 0.9, -1.8) * 4
 
 
 def make(n: int = 4, seed: int = 0, **changes) -> trot.tasks.Env:
-    return trot.make_env("go1-flat", num_envs=n, seed=seed, config=replace(QUIET, **changes))
+    """The Go1 through the plain legged task (go1-flat-airtime): its terms, no clock."""
+    return trot.make_env("go1-flat-airtime", num_envs=n, seed=seed,
+                         config=replace(QUIET, **changes))
 
 
 # ------------------------------------------------------------------------- model
@@ -38,7 +41,7 @@ def test_model_facts():
     assert sum(m.body_mass) == pytest.approx(13.1, abs=0.01)
     limits = np.abs(m.actuator_forcerange[:, 1]).reshape(4, 3)
     assert np.allclose(limits, [23.7, 23.7, 35.55])
-    assert go1.Go1Flat(QUIET).home_pose() == pytest.approx(HOME)
+    assert go1.Go1AirTime(QUIET).home_pose() == pytest.approx(HOME)
     # only robot-floor contacts: robot geoms never collide with each other
     floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
     robot = [g for g in range(m.ngeom) if g != floor]
@@ -443,10 +446,10 @@ def test_sim2sim_randomization_keeps_the_state():
 
 
 def _trot(n: int = 2, **changes) -> trot.tasks.Env:
-    base = trot.get_task("go1-flat-trot").config
+    base = trot.get_task("go1-flat").config
     cfg = replace(base, randomize=False, push=False, obs_noise=False, standing_fraction=0.0,
                   lin_vel_x=(0.5, 1.0), **changes)
-    return trot.make_env("go1-flat-trot", num_envs=n, seed=0, config=cfg)
+    return trot.make_env("go1-flat", num_envs=n, seed=0, config=cfg)
 
 
 def test_trot_clock_pairs_the_diagonal_feet():

@@ -1,5 +1,5 @@
 """The generic legged velocity task over robot descriptions (tasks/legged.py,
-tasks/legged_robot.py): go1-flat unchanged by the refactor, mirrors checked against the
+tasks/legged_robot.py): the Go1 (go1-flat-airtime) unchanged by the refactor, mirrors checked against the
 model's geometry, an external MJCF with other names, bad descriptions, the runner's joint
 order."""
 
@@ -56,7 +56,7 @@ def test_go1_flat_matches_its_record_from_before_the_refactor():
     assert sorted(now) == sorted(saved.files)
     assert saved["terminated"].any()  # the record covers resets after falls
     for k in saved.files:
-        assert np.array_equal(now[k], saved[k]), f"{k} differs from the recorded go1-flat"
+        assert np.array_equal(now[k], saved[k]), f"{k} differs from the recorded Go1"
 
 
 @pytest.mark.parametrize("robot", [GO1, GO2, G1, _external()],

@@ -1,4 +1,5 @@
-"""Records go1-flat's behaviour over 200 control steps under fixed actions and seeds:
+"""Records the Go1's legged-task behaviour (go1-flat-airtime: go1-flat until it took a gait
+clock on 2026-12-02) over 200 control steps under fixed actions and seeds:
 policy and critic observations, rewards and their terms, terminations, truncations, final
 observations, commands and the randomized model parameters. The file it wrote before the
 Go1 became a robot description plus the generic legged task (go1_flat_record.npz) is what
@@ -19,7 +20,7 @@ STEPS, N, SEED = 200, 4, 3
 PARAMS = ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm", "actuator_biasprm")
 
 
-def record(task: str = "go1-flat", steps: int = STEPS) -> dict[str, np.ndarray]:
+def record(task: str = "go1-flat-airtime", steps: int = STEPS) -> dict[str, np.ndarray]:
     import dataclasses
 
     import trot

@@ -63,7 +63,7 @@ register(
     "Unitree Go1 (trot's MJCF) trots to planar velocity and yaw rate commands on flat "
     "ground; joint position targets at 50 Hz, a gait clock, a 4-frame observation history, "
     "domain randomization and pushes", agent=GO1_AGENT,
-    budget=30_000_000)
+    budget=15_000_000)
 
 # go1-flat before the clock: legged_gym's recipe, where feet air time rewards stepping
 register(

@@ -188,7 +188,7 @@ def test_default_budgets_table_is_the_registry_and_train_help_shows_it():
         assert int(shown.replace(",", "")) == budget, name
     out = subprocess.run([sys.executable, "-m", "trot", "train", "go1-flat", "--help"],
                          capture_output=True, text=True, check=True).stdout
-    assert re.search(r"--max-env-steps INT[^╭]*30000000", out), out
+    assert re.search(r"--max-env-steps INT[^╭]*15000000", out), out
 
 
 def test_terrain_md_shell_commands_run_as_printed(tmp_path):

@@ -63,18 +63,22 @@ def _slot(policy: OnnxPolicy, name: str) -> slice:
 
 @torch.no_grad()
 def test_observation_builder_matches_the_env_on_go1(policy):
-    """Same sensor reading, same observation (1e-5): each env's state is copied from the
-    batched sim into a plain MjData of model.xml; after a step, the pre-step state is
-    replayed with the env's ctrl. At reset and after each of 50 random-action steps."""
+    """Same sensor reading, same observation frame (1e-5): each env's state is copied from
+    the batched sim into a plain MjData of model.xml; after a step, the pre-step state is
+    replayed with the env's ctrl, and the builder's clock is the env's episode time. At
+    reset and after each of 50 random-action steps. The frame is the newest of the policy
+    observation's history (oldest first)."""
     env, n = _env(policy, 8, seed=1), 8
     model, data = policy.model, mujoco.MjData(policy.model)
     builder = ObservationBuilder(policy.contract, model)
     substeps = int(policy.contract["substeps"])
 
-    def check(i: int, want: torch.Tensor, last_action, command) -> np.ndarray:
+    def check(i: int, want: torch.Tensor, last_action, command, time: float) -> np.ndarray:
         builder.last_action[:], builder.command[:] = last_action, command
+        builder.time = time
         got = builder.build(data)
-        assert np.abs(got - want.numpy()).max() <= 1e-5, (i, np.abs(got - want.numpy()))
+        frame = want.numpy()[-got.size:]  # [P]: the newest frame
+        assert np.abs(got - frame).max() <= 1e-5, (i, np.abs(got - frame))
         return got
 
     obs = env.reset()
@@ -82,12 +86,13 @@ def test_observation_builder_matches_the_env_on_go1(policy):
     for i in range(n):  # at reset: the env's forward of the reset state
         _load(model, data, states[i])
         mujoco.mj_forward(model, data)
-        got = check(i, obs.policy[i], 0.0, env.task.command[i].numpy())
+        got = check(i, obs.policy[i], 0.0, env.task.command[i].numpy(), 0.0)
     assert np.allclose(got[_slot(policy, "projected_gravity")], [0, 0, -1], atol=0.02)
     gen = torch.Generator().manual_seed(0)
     seen = np.zeros(policy.obs_dim)
     for t in range(50):
         pre, command = _state(env), env.task.command.clone()
+        time = env.task.clock_seconds() + env.control_dt  # [N] s at the step's end
         action = 1.2 * (2 * torch.rand(n, env.action_dim, generator=gen) - 1)
         res = env.step(action)  # 1.2: some actions are clipped
         post, sensors = _state(env), env.sim.state_dict()["sensordata"].numpy()
@@ -106,9 +111,10 @@ def test_observation_builder_matches_the_env_on_go1(policy):
                 rel = np.abs(data.sensordata - sensors[i]) / (1 + np.abs(sensors[i]))
                 assert rel.max() <= XML_ROUNDING, (t, i, rel.max())
             got = check(i, res.final_obs.policy[i], action[i].clamp(-1, 1).numpy(),
-                        command[i].numpy())
+                        command[i].numpy(), float(time[i]))
             seen = np.maximum(seen, np.abs(got))
-    for name in ("last_action", "command", "base_ang_vel", "joint_vel"):  # not vacuous
+    for name in ("last_action", "command", "base_ang_vel", "joint_vel", "gait_clock"):
+        # not vacuous
         assert seen[_slot(policy, name)].min() > 0.01, name
 
 
@@ -150,8 +156,7 @@ def test_runner_ctrl_matches_the_env_ctrl_on_go1(policy):
 
 
 # sim2sim against the batched env, for 200 control steps of go1_walker from one state with
-# one list of commands: [200, 3] straight, diagonal, turning, standing. go1_walker walks
-# backwards (0.8 m/s at -1 m/s) far better than forwards, where it crouches.
+# one list of commands: [200, 3] straight (backwards), diagonal, turning, standing.
 COMMANDS = [(-0.8, 0.0, 0.0)] * 60 + [(-0.6, 0.3, 0.0)] * 50 + [(-0.6, 0.0, 0.5)] * 50 + \
     [(0.0, 0.0, 0.0)] * 40
 SIM2SIM_ENVS = 8
@@ -195,6 +200,9 @@ def test_sim2sim_steps_like_the_batched_env_on_go1(policy, env_path):
     worst = dict.fromkeys(STEP_TOL, 0.0)
     for i in range(SIM2SIM_ENVS):
         for t, cmd in enumerate(COMMANDS):
+            if t == 0:  # env i's episode: a fresh history and clock, as the env's
+                row = env_path["state"][0, i, 1:]  # after the time column
+                runner.start(row[:nq], row[nq:nq + nv], gen)
             _load(runner.model, runner.data, env_path["state"][t, i])
             runner.data.sensordata[:] = env_path["sensors"][t, i]
             runner.builder.last_action[:] = env_path["action"][t - 1, i] if t else 0.0

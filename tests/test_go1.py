@@ -15,6 +15,7 @@ import trot
 import trot.tasks.go1 as go1  # registers go1-flat
 from trot.tasks import locomotion as loco
 from trot.tasks.legged import LeggedConfig
+from trot.tasks.registry import get_task
 from trot.tasks.robots import RobotNotFoundError, load_robot, resolve_robot
 
 QUIET = replace(LeggedConfig(), randomize=False, push=False, init_joint_noise=0.0,
@@ -446,7 +447,7 @@ def test_sim2sim_randomization_keeps_the_state():
 
 
 def _trot(n: int = 2, **changes) -> trot.tasks.Env:
-    base = trot.get_task("go1-flat").config
+    base = get_task("go1-flat").config
     cfg = replace(base, randomize=False, push=False, obs_noise=False, standing_fraction=0.0,
                   lin_vel_x=(0.5, 1.0), **changes)
     return trot.make_env("go1-flat", num_envs=n, seed=0, config=cfg)

@@ -46,14 +46,14 @@ class ClockedConfig(LeggedConfig):
     """The clocked task's settings; the defaults are the G1's (tasks/g1.py)."""
 
     gait_period: float = 0.8
-    """s per gait cycle (both feet one step each)"""
+    """s per gait cycle (every foot one step)"""
     stance_share: float = 0.55
     """share of the cycle each foot should be on the ground"""
     gait_offsets: tuple[float, ...] = ()
     """each foot's touchdown in the cycle, as a share of it, in the description's feet order
     (a trot: diagonal pairs half a cycle apart); empty: foot i at i / F (a biped alternates)"""
     standing_speed: float = 0.1
-    """below this command size (planar m/s and yaw rad/s, norm) both feet stay down"""
+    """below this command size (planar m/s and yaw rad/s, norm) every foot stays down"""
     swing_height: float = 0.08
     """m above its home height a swinging foot should reach"""
     deviation_joints: tuple[str, ...] = ()

@@ -1,5 +1,5 @@
 """`g1-flat`: trot's Unitree G1-class humanoid (tasks/assets/g1.xml) walks to velocity
-commands on flat ground through the biped variant of the legged task (tasks/clocked.py)."""
+commands on flat ground through the gait-clock variant of the legged task (tasks/clocked.py)."""
 
 from __future__ import annotations
 

@@ -465,7 +465,8 @@ def test_trot_clock_pairs_the_diagonal_feet():
     mujoco.mj_resetDataKeyframe(m, d, mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "home"))
     mujoco.mj_kinematics(m, d)
     feet = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, f) for f in go1.GO1.feet]
-    side = np.sign(d.geom_xpos[feet, :2] - d.xpos[1, :2])  # [F, 2]: front/back, left/right
+    base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, go1.GO1.base)
+    side = np.sign(d.geom_xpos[feet, :2] - d.xpos[base, :2])  # [F, 2]: front/back, left/right
     cycle = round(env.task.config.gait_period / env.control_dt)
     schedule = []
     for _ in range(cycle):

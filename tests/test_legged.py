@@ -1,7 +1,7 @@
 """The generic legged velocity task over robot descriptions (tasks/legged.py,
-tasks/legged_robot.py): the Go1 (go1-flat-airtime) unchanged by the refactor, mirrors checked against the
-model's geometry, an external MJCF with other names, bad descriptions, the runner's joint
-order."""
+tasks/legged_robot.py): the Go1 (go1-flat-airtime) unchanged by the refactor, mirrors
+checked against the model's geometry, an external MJCF with other names, bad descriptions,
+the runner's joint order."""
 
 from __future__ import annotations
 

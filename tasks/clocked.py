@@ -21,11 +21,13 @@ the legged task's (weights per second):
 - feet_slip: planar speed^2 of feet on the ground;
 - deviation: squared offset from home of `deviation_joints` (the hip roll and yaw, which
   keep the feet apart and pointing forward);
-- base_height: (base z - base_height_target)^2;
+- base_height: (base height - base_height_target)^2;
 - joint_limits: how far joints go past `soft_joint_limit` of their range (rad);
 - joint_vel: joint speeds^2; alive: 1 per second not fallen.
 
-An episode also ends when the base drops below `min_base_height` (a fall on flat ground).
+An episode also ends when the base drops below `min_base_height` (a fall). Heights are above
+the ground under the foot or base (`surface`: 0 on flat ground, the terrain's in
+tasks/rough.py), so the same terms hold on stairs.
 """
 
 from __future__ import annotations
@@ -166,10 +168,9 @@ class LeggedClocked(LeggedVelocity):
     def reward_terms(self, sim: BatchedSim, action: Tensor) -> dict[str, tuple[float, Tensor]]:
         c, d = self.config, sim.sensordata
         contact = self._foot_contact(sim)  # [N, F]
-        feet_z = self._feet_pos(sim)[..., 2]  # [N, F]
         feet_v = d[:, self._s_feet_vel].unflatten(1, (-1, 3))[..., :2]  # [N, F, 2]
         q = d[:, self._s_jpos]  # [N, J]
-        height = feet_z - self._foot_home_z  # [N, F] above where each foot stands at home
+        height = self.feet_height(sim)  # [N, F]
         swing_miss = (height - c.swing_height).square()
         phase_miss = (height - self.swing_target()).square().sum(-1)
         beyond = (self._soft_lo - q).clamp(min=0) + (q - self._soft_hi).clamp(min=0)
@@ -181,11 +182,22 @@ class LeggedClocked(LeggedVelocity):
             "feet_slip": (c.w_feet_slip, (feet_v.square().sum(-1) * contact).sum(-1)),
             "deviation": (c.w_deviation, (q - self._home_joints)[:, self._deviation]
                           .square().sum(-1)),
-            "base_height": (c.w_base_height, (sim.qpos[:, 2] - self._base_target).square()),
+            "base_height": (c.w_base_height, (self.base_height(sim) - self._base_target)
+                            .square()),
             "joint_limits": (c.w_joint_limits, beyond.sum(-1)),
             "joint_vel": (c.w_joint_vel, d[:, self._s_jvel].square().sum(-1)),
             "alive": (c.w_alive, torch.ones_like(q[:, 0])),
         }
 
     def terminated(self, sim: BatchedSim) -> Tensor:
-        return super().terminated(sim) | (sim.qpos[:, 2] < self.config.min_base_height)
+        return super().terminated(sim) | (self.base_height(sim) < self.config.min_base_height)
+
+    def feet_height(self, sim: BatchedSim) -> Tensor:
+        """[N, F] m: each foot above the ground under it, less its height at home (0 for a
+        foot standing as at home, on flat ground or on a stair)."""
+        feet = self._feet_pos(sim)  # [N, F, 3]
+        return feet[..., 2] - self.surface(feet[..., :2]) - self._foot_home_z
+
+    def base_height(self, sim: BatchedSim) -> Tensor:
+        """[N] m: the base above the ground under it."""
+        return sim.qpos[:, 2] - self.surface(sim.qpos[:, :2])

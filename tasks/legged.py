@@ -381,6 +381,11 @@ class LeggedVelocity(Task[LeggedConfig]):
         } | self._gait.update(self._foot_contact(sim), self._feet_pos(sim),
                               cmd[:, :2].norm(dim=-1))
 
+    def surface(self, xy: Tensor) -> Tensor:
+        """Ground height (m) [...] under world points xy [..., 2]: the floor plane's 0 here;
+        the rough task's terrain (tasks/rough.py)."""
+        return xy.new_zeros(xy.shape[:-1])
+
     def _foot_contact(self, sim: BatchedSim) -> Tensor:  # [N, F] bool
         return sim.sensordata[:, self._s_feet] > self.config.contact_threshold
 

@@ -171,6 +171,26 @@ def test_height_scan_matches_mj_ray_from_the_robot():
         assert np.abs(raw[i].double().numpy() - want).max() < 1e-4, i
 
 
+def test_gait_terms_measure_heights_above_the_terrain():
+    """go1-rough's clocked terms read the feet and base heights above the ground under
+    them, checked with mj_ray, not world z: on the top row's raised platforms a robot
+    standing as at home has feet near 0 above home and its base near its home height."""
+    env = _rough_env(n=14, curriculum=False, start_row=2)
+    env.reset()
+    for _ in range(5):
+        env.step(torch.zeros(env.num_envs, env.action_dim))
+    task, model = env.task, env.sim.model
+    feet = task._feet_pos(env.sim).double().numpy()  # [N, F, 3]
+    ground = _ray_heights(model, feet[..., 0].ravel(), feet[..., 1].ravel())
+    want = feet[..., 2] - ground.reshape(feet.shape[:2]) - task._foot_home_z.numpy()
+    assert np.abs(task.feet_height(env.sim).double().numpy() - want).max() < 1e-4
+    assert np.abs(want).max() < 0.02  # standing: every foot near its home height
+    base = env.sim.qpos[:, :3].double().numpy()
+    want = base[:, 2] - _ray_heights(model, base[:, 0], base[:, 1])
+    assert np.abs(task.base_height(env.sim).double().numpy() - want).max() < 1e-4
+    assert (env.sim.qpos[:, 2] - task.base_height(env.sim)).abs().max() > 0.1  # raised
+
+
 def test_spawns_start_above_the_steepest_tiles_without_penetration():
     env = _rough_env(n=14, curriculum=False, start_row=2)
     top = env.task.active.config.rows - 1

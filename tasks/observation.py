@@ -54,6 +54,10 @@ class ObsTerm:
     """for kind='height_scan': (length x, length y, spacing) of the scan grid (m), centred
     on the base in its yaw-aligned frame (trot/heightfield.py); (0, 0, 1) is the one point
     under the base. `start` is the base's free-joint qpos address"""
+    episode_offset: float = 0.0
+    """for kind='height_scan': half-width (m) of a per-episode vertical offset U(-x, x),
+    added to the raw scan while training noise is on (a perception bias); the task draws
+    it per episode as `scan_bias` [N]"""
     period: float = 0.0
     """for kind='clock': the cycle (s) of its [sin, cos] phase features"""
     mirror: tuple[float, ...] = ()
@@ -77,6 +81,9 @@ class ObsTerm:
         if (self.kind == "height_scan") != bool(self.grid):
             raise ValueError(f"observation term {self.name!r}: kind='height_scan' needs a "
                              "grid (lx, ly, spacing), and only it takes one")
+        if self.episode_offset and self.kind != "height_scan":
+            raise ValueError(f"observation term {self.name!r}: episode_offset goes with "
+                             "kind='height_scan' only")
         if (self.kind == "clock") != (self.period > 0):
             raise ValueError(f"observation term {self.name!r}: kind='clock' needs a period "
                              f"> 0 (s), and only it takes one; got {self.period}")

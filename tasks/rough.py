@@ -135,11 +135,16 @@ class LeggedRough(LeggedVelocity):
         return spec
 
     # ---------------------------------------------------------------- observations
-    def _scan_term(self, noise: float) -> ObsTerm:
-        p = len(hf.scan_offsets(self.config.scan_grid))
+    def _scan_term(self, perceived: bool) -> ObsTerm:
+        """The policy's scan is perceived (noise and a per-episode offset); the critic's
+        is exact."""
+        c = self.config
+        p = len(hf.scan_offsets(c.scan_grid))
         # base height above each point, clipped as legged_gym's, around the home height
-        return ObsTerm("height_scan", "height_scan", grid=self.config.scan_grid,
-                       offset=(self._home_height(),) * p, clip=(-0.5, 1.5), noise=noise)
+        return ObsTerm("height_scan", "height_scan", grid=c.scan_grid,
+                       offset=(self._home_height(),) * p, clip=(-0.5, 1.5),
+                       noise=c.scan_noise * perceived,
+                       episode_offset=c.scan_offset * perceived)
 
     def _home_height(self) -> float:
         m = self._model()
@@ -148,7 +153,7 @@ class LeggedRough(LeggedVelocity):
 
     def policy_terms(self) -> tuple[ObsTerm, ...]:
         terms = super().policy_terms()
-        return terms + (self._scan_term(self.config.scan_noise),) if self.config.scan_policy \
+        return terms + (self._scan_term(True),) if self.config.scan_policy \
             else terms
 
     def critic_terms(self) -> tuple[ObsTerm, ...]:
@@ -156,7 +161,7 @@ class LeggedRough(LeggedVelocity):
                               clip=(-1.0, 2.0))
                       if t.name == "base_height" else replace(t, noise=0.0)
                       for t in super().critic_terms() if t.name != "height_scan")
-        return terms + (self._scan_term(0.0),)
+        return terms + (self._scan_term(False),)
 
     # ---------------------------------------------------------------- setup
     def bind(self, sim: BatchedSim) -> None:

@@ -141,9 +141,9 @@ def test_scan_of_a_mirrored_world_is_the_mirrored_scan():
 
 
 def _rough_env(n: int = 16, **changes):
-    cfg = dataclasses.replace(get_task("go1-rough").config, tile_size=3.0, terrain_rows=3,
-                              terrain_cols=7, terrain_border=1.5, randomize=False,
-                              push=False, obs_noise=False, **changes)
+    cfg = dataclasses.replace(get_task("go1-rough").config, **dict(
+        tile_size=3.0, terrain_rows=3, terrain_cols=7, terrain_border=1.5, randomize=False,
+        push=False, obs_noise=False) | changes)
     return make_env("go1-rough", num_envs=n, seed=3, config=cfg)
 
 
@@ -189,6 +189,30 @@ def test_gait_terms_measure_heights_above_the_terrain():
     want = base[:, 2] - _ray_heights(model, base[:, 0], base[:, 1])
     assert np.abs(task.base_height(env.sim).double().numpy() - want).max() < 1e-4
     assert (env.sim.qpos[:, 2] - task.base_height(env.sim)).abs().max() > 0.1  # raised
+
+
+def test_policy_scan_adds_the_episode_offset_that_the_critic_scan_lacks():
+    """A perceived scan (scan_offset) is the critic's exact scan plus one offset per env
+    and episode, drawn in U(-x, x) while training; evaluation (noise off) sees none. Catches
+    the perceived and exact scans sharing one pool block, or the offset not applied."""
+    env = _rough_env(n=32, scan_policy=True, scan_noise=0.0, scan_offset=0.1, obs_noise=True)
+    env.reset()
+    env.step(torch.zeros(env.num_envs, env.action_dim))
+
+    def scans():
+        obs = env.observe()
+        return [layout_obs[:, s.start:s.start + s.size] / s.term.scale
+                for layout, layout_obs in ((env.policy_layout, obs.policy[:, -env.frame_dim:]),
+                                           (env.critic_layout, obs.critic))
+                for s in layout.slots if s.term.name == "height_scan"]
+    policy, critic = scans()
+    diff = policy - critic  # [N, P]; clipping: the robots stand well inside [-0.5, 1.5]
+    assert torch.allclose(diff, diff[:, :1].expand_as(diff), atol=1e-5)
+    assert torch.allclose(diff[:, 0], env.task.scan_bias, atol=1e-5)
+    assert diff[:, 0].abs().max() <= 0.1 and diff[:, 0].std() > 0.02
+    env.noise = False
+    policy, critic = scans()
+    assert torch.equal(policy, critic)
 
 
 def test_spawns_start_above_the_steepest_tiles_without_penetration():

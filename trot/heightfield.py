@@ -76,12 +76,12 @@ def _surface(xp, m: HeightMap, x, y):
     fx, fy = gx - j, gy - i
     flat = m.heights.reshape(-1)
     k = _as_index(xp, i) * ncol + _as_index(xp, j)
-    h00, h01 = flat[k], flat[k + 1]  # (x0, y0), (x1, y0)
-    h10, h11 = flat[k + ncol], flat[k + ncol + 1]  # (x0, y1), (x1, y1)
-    lower = fx >= fy  # the triangle (x0,y0) (x1,y0) (x1,y1)
-    z = xp.where(lower, h00 + fx * (h01 - h00) + fy * (h11 - h01),
-                 h00 + fy * (h10 - h00) + fx * (h11 - h10))
-    return z, inside
+    lower = fx >= fy  # the triangle (x0,y0) (x1,y0) (x1,y1), else (x0,y0) (x0,y1) (x1,y1)
+    # three corners: (x0, y0), (x1, y1) and the triangle's third, (x1, y0) or (x0, y1)
+    h00, h11 = flat[k], flat[k + ncol + 1]
+    hm = flat[k + xp.where(lower, 1, ncol)]
+    a, b = xp.where(lower, fx, fy), xp.where(lower, fy, fx)  # along h00->hm, hm->h11
+    return h00 + a * (hm - h00) + b * (h11 - hm), inside
 
 
 def _as_index(xp, a):

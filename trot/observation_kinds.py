@@ -249,8 +249,8 @@ def _scan_points(grid) -> np.ndarray:
 
 def _scan_source(env, t):
     """The scan from the sim's base pose and the model's heightfields, in torch on the
-    sim's device. A term with training noise (a perceived scan) also gets the task's
-    per-episode `scan_bias` [N] while noise is on, where the task keeps one."""
+    sim's device. A term with an `episode_offset` (a perceived scan) also gets the task's
+    per-episode `scan_bias` [N] while noise is on; terms without one share one scan."""
     import torch
 
     from trot import heightfield as hf
@@ -263,9 +263,12 @@ def _scan_source(env, t):
     def read():
         q = env.sim.qpos
         x = hf.scan(torch, maps, plane, q[:, s:s + 3], q[:, s + 3:s + 7], offsets)
-        bias = getattr(env.task, "scan_bias", None)  # [N] or None
-        return x + bias[:, None] if biased and env.noise and bias is not None else x
-    biased = t.noise > 0  # a noisy (perceived) scan also gets the per-episode bias
+        return x + env.task.scan_bias[:, None] if biased and env.noise else x
+    biased = t.episode_offset > 0
+    if biased and getattr(env.task, "scan_bias", None) is None:
+        raise ValueError(f"observation term {t.name!r}: episode_offset needs a task that "
+                         f"draws a per-episode `scan_bias` [N]; {type(env.task).__name__} "
+                         "has none")
     return len(offsets), read
 
 
@@ -331,7 +334,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _named("param"),
     # base height above the terrain at a grid of points around the base (trot/heightfield.py)
     Kind("height_scan", size=lambda t, s: len(_scan_points(t.grid)),
-         pool=lambda t: f"height_scan:{t.start}:{t.grid}:{t.noise > 0}", source=_scan_source,
+         pool=lambda t: f"height_scan:{t.start}:{t.grid}:{t.episode_offset > 0}", source=_scan_source,
          columns=_whole, to_json=_scan_json, robot=_robot_scan, mirror=_mirror_scan,
          clippable=True),
     # a gait clock: [sin, cos] of the cycle's phase. Its mirror image is the same two-beat

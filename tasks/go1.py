@@ -78,6 +78,8 @@ class Go1Rough(LeggedRough, LeggedClocked):
     robot = GO1
 
 
+# Go1FlatConfig first: a dataclass takes each field's default from the first base in
+# the MRO that has it, and RoughConfig carries LeggedConfig's (w_feet_air_time 1, ...)
 @dataclass(frozen=True)
 class Go1RoughConfig(Go1FlatConfig, RoughConfig):
     """go1-rough's settings: the terrain's and go1-flat's trot, with slopes that tilt the

@@ -81,7 +81,7 @@ class RoughConfig(LeggedConfig):
     scan_grid: tuple[float, float, float] = (1.6, 1.0, 0.1)
     """height scan (length x, length y, spacing) in m around the base: 17 x 11 points"""
     scan_policy: bool = False
-    """give the height scan to the policy too (default: the critic only)"""
+    """give the height scan to the policy too (False: the critic only)"""
     scan_noise: float = 0.05
     """policy scan: uniform noise half-width (m) per point and step"""
     scan_offset: float = 0.0

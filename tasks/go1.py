@@ -84,14 +84,13 @@ class Go1Rough(LeggedRough, LeggedClocked):
 class Go1RoughConfig(Go1FlatConfig, RoughConfig):
     """go1-rough's settings: the terrain's and go1-flat's trot, with slopes that tilt the
     base. The policy is go1-flat's, blind (the critic sees the scan; `scan_policy` gives
-    it to the policy too): with the scan in the policy and one frame, it stood still for
-    5.2 M env steps (docs/benchmarks.md)."""
+    it to the policy too), so the robot needs no perception (docs/terrain.md)."""
 
     w_orientation: float = -0.2
 
 
 # go1-rough before the clock (legged_gym's feet air time) stood still for 75 minutes of
-# training (docs/benchmarks.md, issue 19): the clock's steps start it walking
+# training; with the clock and the stiffer terrain contact it trots (docs/benchmarks.md)
 register(
     "go1-rough", Go1Rough, config_for(GO1, Go1RoughConfig, obs_history=4),
     "the Go1 trots on generated rough terrain (slopes, stairs, rough ground, obstacles) "

@@ -228,8 +228,8 @@ CONTACT_TIMECONST = 0.01
 def add_terrain(spec: mujoco.MjSpec, terrain: Terrain, name: str,
                 friction: tuple[float, float, float] = (1.0, 0.005, 1e-4)) -> str:
     """Add the terrain as hfield asset `name` (file `<name>.bin`) and a world geom `name`
-    colliding like trot's floor (contype 1, priority 1: its friction, solref and margin
-    are every contact's). Returns the file name.
+    colliding like trot's floor (contype 1, priority 1: its friction and solref are every
+    contact's). Returns the file name.
 
     Stiffer than the floor, on purpose: MuJoCo collides a geom with each triangle prism
     of the heightfield, and once a 2 cm foot sphere sinks more than about a cell's

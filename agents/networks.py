@@ -12,7 +12,10 @@ from trot.agents.config import PPOConfig
 from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.normalization import PopArt, RunningMeanStd
 
-_ACT = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
+# ELU and ReLU in place: each follows a Linear whose backward does not need its output, and
+# their own backward then reads their output (no second exp), with one [B, H] buffer less
+_ACT = {"elu": lambda: nn.ELU(inplace=True), "tanh": nn.Tanh,
+        "relu": lambda: nn.ReLU(inplace=True)}
 NARROW_INPUT = 16  # below this many input features, Linear takes the fast weight gradient
 
 

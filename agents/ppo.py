@@ -98,6 +98,7 @@ class PPO:
         if cfg.symmetry == "augment" and mirrors is None:
             raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
+        self._shuffled: Tensor | None = None  # [B, W] the epoch's shuffled batch (_shuffle)
         self.mirrors = mirrors if cfg.symmetry == "augment" else None
         # in the net's dtype: float32 in training; float64 in the reference test, where a
         # float32 rate alone would put the two updates 1e-8 apart instead of 1e-16
@@ -219,20 +220,28 @@ class PPO:
         k_mb, seq = self.cfg.minibatches, batch.sequences
         if seq is None:
             size = len(batch) // k_mb
-            shuffled = batch[torch.randperm(len(batch), generator=gen, device=self.device)]
+            shuffled = self._shuffle(batch, torch.randperm(len(batch), generator=gen,
+                                                           device=self.device))
             for k in range(k_mb):
                 yield shuffled[k * size:(k + 1) * size], None
             return
         t, n = seq.starts.shape
         perm = torch.randperm(n, generator=gen, device=self.device)  # [N]
         steps = torch.arange(t, device=self.device) * n  # [T]
-        shuffled = batch[(perm[:, None] + steps[None, :]).flatten()]  # [N * T] env-major
+        shuffled = self._shuffle(batch, (perm[:, None] + steps[None, :]).flatten())  # env-major
         e = n // k_mb
         for k in range(k_mb):
             envs = perm[k * e:(k + 1) * e]
             yield shuffled[k * e * t:(k + 1) * e * t], Sequences(seq.state0[envs],
                                                                  seq.starts[:, envs],
                                                                  env_major=True)
+
+    def _shuffle(self, batch: Batch, idx: Tensor) -> Batch:
+        """batch's rows idx, in a table reused across epochs and iterations: each epoch's
+        minibatches are done with before the next epoch's gather overwrites it."""
+        shuffled = batch.gather(idx, self._shuffled)
+        self._shuffled = shuffled.table
+        return shuffled
 
     def _minibatch(self, b: Batch, seq: Sequences | None, old_log_std: Tensor
                    ) -> dict[str, Tensor]:

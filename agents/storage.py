@@ -105,5 +105,23 @@ class Batch:
             return Batch._from_table(self.table.index_select(0, idx), parts)
         return Batch(*(p.index_select(0, idx) for p in parts))
 
+    def gather(self, idx: Tensor, out: Tensor | None) -> "Batch":
+        """Rows idx [B'] of a packed batch, written into `out` [B', W] when it fits (a
+        buffer the caller reuses; see `reuse`)."""
+        if self.table is None:
+            return self[idx]
+        out = reuse(out, (idx.shape[0], self.table.shape[1]), self.table)
+        return Batch._from_table(torch.index_select(self.table, 0, idx, out=out), self.fields())
+
     def __len__(self) -> int:
         return self.advantages.shape[0]
+
+
+def reuse(buf: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """`buf` if it has this shape, dtype and device, else a new empty tensor. On CPU a
+    fresh tensor of tens of MB is an mmap whose page faults cost more than filling it:
+    a [24576, 450] row gather takes 18 ms into a new tensor and 3 ms into a reused one."""
+    if buf is not None and buf.shape == shape and buf.dtype == like.dtype \
+            and buf.device == like.device:
+        return buf
+    return torch.empty(shape, dtype=like.dtype, device=like.device)

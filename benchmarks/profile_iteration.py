@@ -25,7 +25,7 @@ import torch
 
 from trot.agents.config import parse_override, tuned
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build
+from trot.agents.trainer import build, set_threads
 from trot.config import TrainConfig
 from trot.tasks.registry import get_task
 
@@ -50,6 +50,29 @@ def env_loop_rate(trainer, steps: int) -> float:
     for _ in range(steps):
         env.step(torch.rand(env.num_envs, env.action_dim, generator=gen) * 2 - 1)
     return steps * env.num_envs / (time.perf_counter() - t)
+
+
+def update_flops(trainer, agent) -> float:
+    """Matrix-multiply FLOPs of one update: 6 per weight per sample (2 forward, 4 backward),
+    over the actor's and critic's linear layers, every sample of every epoch (twice with
+    symmetry augmentation). Biases, activations and Adam are left out: a floor, not a sum."""
+    weights = sum(m.in_features * m.out_features for m in trainer.ac.modules()
+                  if isinstance(m, torch.nn.Linear))
+    samples = agent.rollout_steps * trainer.env.num_envs * agent.epochs
+    return 6.0 * weights * samples * (2 if agent.symmetry == "augment" else 1)
+
+
+def sgemm_rate(threads: int) -> float:
+    """FLOP/s of a float32 [6144, 256] x [256, 256] product, the update's own shape, on the
+    update's threads."""
+    set_threads(threads)
+    a, b = torch.randn(6144, 256), torch.randn(256, 256)
+    for _ in range(3):
+        a @ b
+    t, reps = time.perf_counter(), 50
+    for _ in range(reps):
+        a @ b
+    return 2 * 6144 * 256 * 256 * reps / (time.perf_counter() - t)
 
 
 def main() -> None:
@@ -93,6 +116,7 @@ def main() -> None:
         steps = a.iterations * agent.rollout_steps * a.num_envs
         totals = dict(totals)  # the env loop below steps the same (wrapped) env
         loop = env_loop_rate(trainer, 3 * agent.rollout_steps)
+        gemm = sgemm_rate(trainer.cfg.update_threads)
     print(f"task={a.task} N={a.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
           f"minibatches={agent.minibatches} symmetry={agent.symmetry} "
           f"threads: sim {trainer.env.sim.nthread}, torch {trainer.cfg.torch_threads} / "
@@ -104,6 +128,11 @@ def main() -> None:
     rest = total - sum(v for k, v in totals.items() if not k.startswith("critic"))
     print(f"  {'other (rollout writes, checks, host sync)':<48} {rest / n:7.3f} s/it  "
           f"{100 * rest / total:5.1f}%  (critic passes are inside collection and prepare)")
+    upd = totals["update (epochs x minibatches)"] / n
+    flops = update_flops(trainer, agent)
+    print(f"update: {flops / 1e9:.0f} GFLOP of matrix products per iteration, "
+          f"{flops / upd / 1e9:.0f} GFLOP/s; this machine's float32 matrix product: "
+          f"{gemm / 1e9:.0f} GFLOP/s, so the update's floor is {flops / gemm:.3f} s/it")
     train = steps / total
     print(f"training {train:,.0f} env-steps/s; random-action env loop {loop:,.0f} env-steps/s; "
           f"train / env loop = {train / loop:.2f}")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from trot.agents.config import PPOConfig
-from trot.agents.networks import ActorCritic, Linear
+from trot.agents.networks import ActorCritic, Linear, mlp
 from trot.agents.ppo import PPO, adapt_lr, surrogate_loss, value_loss
 from trot.agents.storage import Batch
 from trot.config import TrainConfig
@@ -311,6 +311,44 @@ def test_packed_batch_gathers_and_slices_like_its_fields():
     for got, part in zip(b[idx][5:17].fields(), parts):
         assert torch.equal(got, part[idx][5:17])
     assert len(b[idx][5:17]) == 12
+
+
+def test_gather_into_a_reused_table_matches_the_fields():
+    """The update's per-epoch shuffle writes into one reused table. Bugs it catches: rows
+    gathered into a buffer of another width (stale columns), or a new table every call."""
+    g = torch.Generator().manual_seed(1)
+    parts = [torch.randn(40, *s, generator=g) for s in ((6,), (9,), (2,), (), (2,), (), (), ())]
+    b = Batch.packed(*parts)
+    first = b.gather(torch.randperm(40, generator=g), None)
+    idx = torch.randperm(40, generator=g)
+    again = b.gather(idx, first.table)
+    assert again.table.data_ptr() == first.table.data_ptr()
+    for got, part in zip(again.fields(), parts):
+        assert torch.equal(got, part[idx])
+    wrong = torch.full((40, 3), float("nan"))  # another batch's width: not reused
+    for got, part in zip(b.gather(idx, wrong).fields(), parts):
+        assert torch.equal(got, part[idx])
+
+
+@pytest.mark.parametrize("activation", ["elu", "relu"])
+def test_in_place_activations_have_the_plain_gradients(activation):
+    """mlp's ELU and ReLU run in place, their backward reading their output. Against the
+    out-of-place modules: the same values and gradients (float64; a wrong in-place op
+    either raises in autograd or changes these)."""
+    torch.manual_seed(0)
+    ours = mlp(5, (32, 16), activation).double()
+    plain = {"elu": torch.nn.ELU, "relu": torch.nn.ReLU}[activation]
+    ref = torch.nn.Sequential(*(plain() if isinstance(m, plain) else copy.deepcopy(m)
+                                for m in ours)).double()
+    x = torch.randn(200, 5, dtype=torch.float64)
+    grads = []
+    for net in (ours, ref):
+        xi = x.clone().requires_grad_(True)
+        out = net(xi)
+        out.sin().sum().backward()
+        grads.append((out.detach(), xi.grad, *(p.grad for p in net.parameters())))
+    for a, r in zip(*grads):
+        torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12)
 
 
 def test_kl_under_actor_lag_is_against_the_policy_before_this_update():

@@ -59,7 +59,7 @@ class Comm:
         every rank's B (float64).
 
         Returns mean [*S], population var [*S] and the total count (0-d)."""
-        mean, var, n = masked_moments(x.detach().to(torch.float64), keep)  # [*S], [*S], []
+        mean, var, n = masked_moments(x.detach(), keep)  # [*S], [*S], [] float64
         if not self.distributed:
             return mean, var, n
         shape = mean.shape

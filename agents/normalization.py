@@ -35,19 +35,33 @@ def merge_moments(
     return mean, m2 / safe, n
 
 
+CHUNK_ROWS = 4096
+"""rows per pass over a batch: its float64 and mask temporaries stay a few MB, in cache and
+off mmap (a whole-batch temporary of tens of MB costs more in page faults than in work)"""
+
+
+def row_chunks(b: int) -> list[slice]:
+    return [slice(i, min(i + CHUNK_ROWS, b)) for i in range(0, b, CHUNK_ROWS)]
+
+
 def masked_moments(x: Tensor, keep: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Mean [*S], population var [*S] and count (0-d) of the rows of x [B, *S] where keep
-    [B] is true (all rows when None). No rows: mean 0, var 0 and count 0, which any merge
-    absorbs."""
-    if keep is None:
-        n = torch.full((), float(x.shape[0]), dtype=x.dtype, device=x.device)
-        return x.mean(0), x.var(0, unbiased=False), n
-    w = keep.to(x.dtype)  # [B] row weights 0/1: the sums are two matrix-vector products
+    [B] is true (all rows when None), in float64 whatever x's dtype: two passes (mean, then
+    squared deviations), each a sum of row-weighted matrix-vector products over chunks of
+    rows. No rows: mean 0, var 0 and count 0, which any merge absorbs."""
+    flat = x.flatten(1)  # [B, D]
+    w = torch.ones(flat.shape[0], dtype=torch.float64, device=x.device) if keep is None \
+        else keep.to(torch.float64)  # [B] row weights 0/1
     n = w.sum()
-    # [B, D], left-out rows zeroed: a NaN times a zero weight would still be NaN
-    flat = torch.where(keep[:, None], x.flatten(1), 0.0)
-    mean = (w @ flat) / n.clamp(min=1.0)  # [D]
-    var = (w @ (flat - mean).square_()) / n.clamp(min=1.0)  # [D], two-pass
+
+    def chunks():  # (w [R], rows [R, D] float64, left-out rows zeroed: NaN * 0 is NaN)
+        for r in row_chunks(flat.shape[0]):
+            rows = flat[r].to(torch.float64)
+            yield w[r], rows if keep is None else torch.where(keep[r, None], rows, 0.0)
+    zero = torch.zeros(flat.shape[1], dtype=torch.float64, device=x.device)
+    mean = sum((wr @ rows for wr, rows in chunks()), zero) / n.clamp(min=1.0)  # [D]
+    var = sum((wr @ (rows - mean).square_() for wr, rows in chunks()), zero) \
+        / n.clamp(min=1.0)  # [D]
     return mean.view(x.shape[1:]), var.view(x.shape[1:]), n
 
 
@@ -93,8 +107,8 @@ class RunningMeanStd(nn.Module):
             raise ValueError(f"x has shape {tuple(x.shape)}, expected [B, *{self.shape}]")
         if x.shape[0] == 0:
             return
-        xb = x.detach().to(self.mean.device, torch.float64)  # [B, *shape]
-        self.merge(*masked_moments(xb, self.inliers(x)))
+        xb = x.detach().to(self.mean.device)  # [B, *shape]
+        self.merge(*masked_moments(xb, self.inliers(xb)))
 
     @torch.no_grad()
     def inliers(self, x: Tensor) -> Tensor:
@@ -112,9 +126,14 @@ class RunningMeanStd(nn.Module):
         run = torch.where(self.count > 0, self.var.sqrt().flatten(), torch.zeros_like(mad))
         spread = torch.maximum(torch.maximum(1.4826 * mad, run),
                                torch.full_like(mad, self.FLOOR))
-        bad = ~(xb - med.to(xb.dtype)).abs_().le((self.SPREADS * spread).to(xb.dtype))
-        # [B, D], NaN is bad; counted as floats, which sum 6x faster than bools here
-        rare = bad.to(xb.dtype).sum(0).double() / xb.shape[0] <= self.MAX_FRACTION  # [D]
+        med, limit = med.to(xb.dtype), (self.SPREADS * spread).to(xb.dtype)
+        bad = torch.empty(xb.shape, dtype=torch.bool, device=xb.device)  # [B, D], NaN is bad
+        count = torch.zeros(xb.shape[1], dtype=xb.dtype, device=xb.device)  # [D]
+        for r in row_chunks(xb.shape[0]):
+            torch.le((xb[r] - med).abs_(), limit, out=bad[r])
+            bad[r].logical_not_()
+            count += bad[r].to(xb.dtype).sum(0)  # as floats: 6x faster than summing bools
+        rare = count.double() / xb.shape[0] <= self.MAX_FRACTION  # [D]
         return ~((bad & rare).any(1) | ~xb.isfinite().all(1))  # non-finite: always out
 
     @torch.no_grad()

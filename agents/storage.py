@@ -102,7 +102,7 @@ class Batch:
             table = None if self.table is None else self.table[idx]
             return Batch(*(p[idx] for p in parts), table=table)
         if self.table is not None:
-            return Batch._from_table(self.table.index_select(0, idx), parts)
+            return self.gather(idx, None)
         return Batch(*(p.index_select(0, idx) for p in parts))
 
     def gather(self, idx: Tensor, out: Tensor | None) -> "Batch":

@@ -84,9 +84,11 @@ class Go1Rough(LeggedRough, LeggedClocked):
 class Go1RoughConfig(Go1FlatConfig, RoughConfig):
     """go1-rough's settings: the terrain's and go1-flat's trot, with slopes that tilt the
     base. The policy is go1-flat's, blind (the critic sees the scan; `scan_policy` gives
-    it to the policy too), so the robot needs no perception (docs/terrain.md)."""
+    it to the policy too), so the robot needs no perception (docs/terrain.md). Commands
+    steer to a heading, so that robots walk out of their tiles (legged_gym's rough tasks)."""
 
     w_orientation: float = -0.2
+    heading_command: bool = True
 
 
 # go1-rough before the clock (legged_gym's feet air time) stood still for 75 minutes of

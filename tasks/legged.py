@@ -186,6 +186,8 @@ class LeggedVelocity(Task[LeggedConfig]):
         self.command = torch.zeros(n, 3, **f32)
         self._cmd_seen = torch.zeros(n, 3, **f32)  # the command the current action answered
         self._cmd_timer = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._heading = loco.HeadingSteer(n, c.heading_stiffness, c.yaw_rate, math.pi, dev) \
+            if c.heading_command else None
         self._push_timer = torch.zeros(n, dtype=torch.int64, device=dev)
         self._push_at = torch.full((n,), self._push_steps[1], dtype=torch.int64, device=dev)
         self._prev_action = torch.zeros(n, m.nu, **f32)
@@ -231,7 +233,8 @@ class LeggedVelocity(Task[LeggedConfig]):
         m1 = mask[:, None]
         cmd = loco.sample_commands(n, self._cmd_low, self._cmd_high, self._standing, gen)
         self.command.copy_(torch.where(m1, cmd, self.command))
-        self._cmd_seen.copy_(torch.where(m1, cmd, self._cmd_seen))
+        self._steer(sim, mask, cmd, gen)
+        self._cmd_seen.copy_(torch.where(m1, self.command, self._cmd_seen))
         self._cmd_timer.masked_fill_(mask, 0)
         self._push_timer.masked_fill_(mask, 0)
         self._push_at.copy_(torch.where(mask, self._draw_push_interval(n, gen, sim.device),
@@ -292,9 +295,18 @@ class LeggedVelocity(Task[LeggedConfig]):
         new = loco.sample_commands(sim.num_envs, self._cmd_low, self._cmd_high,
                                    self._standing, gen)
         self.command.copy_(torch.where(due[:, None], new, self.command))
+        self._steer(sim, due, new, gen)
         self._prev_joint_vel.copy_(self._joint_vel(sim))
         if c.push:
             self._push(sim, gen)
+
+    def _steer(self, sim: BatchedSim, new: Tensor, cmd: Tensor, gen: torch.Generator) -> None:
+        """heading_command: rows `new` [N] (given `cmd` [N, 3]) draw a target heading, and
+        every moving env's yaw-rate command steers to its own."""
+        if self._heading is not None:
+            yaw = loco.yaw_of(sim.qpos[:, 3:7])  # the free base joint's quaternion
+            self._heading.draw(yaw, new, cmd, gen)
+            self._heading.steer(yaw, self.command)
 
     def _push(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Kick due envs: add U(-v, v) to the base's world-frame x/y velocity."""
@@ -406,11 +418,13 @@ class LeggedVelocity(Task[LeggedConfig]):
     def state_dict(self) -> dict[str, Tensor]:
         out = {k.lstrip("_"): getattr(self, k).clone() for k in self._STATE}
         out["ring"] = torch.tensor(self._ring)
-        return out
+        return out | (self._heading.state_dict() if self._heading is not None else {})
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         for k in self._STATE:
             getattr(self, k).copy_(state[k.lstrip("_")])
         self._ring = int(state["ring"])
+        if self._heading is not None:
+            self._heading.load_state_dict(state)
 
 

@@ -30,6 +30,14 @@ class LeggedConfig(TaskConfig):
     """share of sampled commands that are all zero (stand still)"""
     resample_seconds: float = 10.0
     """each env draws a new command after this long with its current one"""
+    heading_command: bool = False
+    """steer to a heading instead of drawing a yaw rate: each command draws a target heading
+    (the base's yaw + U(-pi, pi)) and the yaw-rate command is heading_stiffness x the heading
+    error, clipped to yaw_rate, recomputed every step (legged_gym's and Isaac Lab's rough
+    tasks): robots walk straight lines instead of circles, which the terrain curriculum's
+    distances need. The policy still sees a yaw rate"""
+    heading_stiffness: float = 0.5
+    """heading_command: yaw rate (rad/s) per rad of heading error"""
 
     # -- actions
     action_scale: float = 0.5

@@ -9,6 +9,8 @@ Nothing here reads the host: no `.item()`, no Python branches on tensor values.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -33,6 +35,52 @@ def tick(timer: Tensor, period: int) -> tuple[Tensor, Tensor]:
     timer = timer + 1
     due = timer >= period
     return due, torch.where(due, 0, timer)
+
+
+def yaw_of(quat: Tensor) -> Tensor:
+    """[N] yaw (rad, in (-pi, pi]) of unit quaternions [N, 4] (w, x, y, z): the direction of
+    the body's x axis projected on the world's xy plane."""
+    w, x, y, z = quat.unbind(-1)
+    return torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def heading_yaw_rate(target: Tensor, yaw: Tensor, stiffness: float, low: float,
+                     high: float) -> Tensor:
+    """[N] yaw-rate command (rad/s) that turns heading `yaw` [N] to `target` [N] (rad) the
+    short way round: stiffness x the error wrapped to [-pi, pi), clipped to [low, high]."""
+    error = torch.remainder(target - yaw + math.pi, 2 * math.pi) - math.pi
+    return (stiffness * error).clamp(low, high)
+
+
+class HeadingSteer:
+    """Heading commands (LeggedConfig.heading_command): each env holds a target heading,
+    drawn with each new command as the base's yaw + U(-spread, spread); the yaw-rate command
+    of every moving env steers to it. Standing commands (all zero) stay zero."""
+
+    def __init__(self, n: int, stiffness: float, limits: tuple[float, float], spread: float,
+                 device: torch.device | str):
+        self.stiffness, self.limits, self.spread = stiffness, limits, spread
+        self.target = torch.zeros(n, device=device)  # [N] rad, world yaw
+        self.moving = torch.zeros(n, dtype=torch.bool, device=device)  # [N]
+
+    def draw(self, yaw: Tensor, new: Tensor, cmd: Tensor, gen: torch.Generator) -> None:
+        """Rows `new` [N] bool, just given commands `cmd` [N, 3], get a target heading; `yaw`
+        [N] is the base's now. Draws from `gen` for every row (fixed stream)."""
+        u = 2 * torch.rand(yaw.shape, generator=gen, device=yaw.device) - 1
+        self.target.copy_(torch.where(new, yaw + self.spread * u, self.target))
+        self.moving.copy_(torch.where(new, cmd.ne(0).any(-1), self.moving))
+
+    def steer(self, yaw: Tensor, command: Tensor) -> None:
+        """Set the yaw-rate column of `command` [N, 3] in place for moving envs."""
+        rate = heading_yaw_rate(self.target, yaw, self.stiffness, *self.limits)
+        command[:, 2] = torch.where(self.moving, rate, command[:, 2])
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"heading_target": self.target.clone(), "heading_moving": self.moving.clone()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.target.copy_(state["heading_target"])
+        self.moving.copy_(state["heading_moving"])
 
 
 # ---------------------------------------------------------------------------- rewards

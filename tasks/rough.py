@@ -194,6 +194,8 @@ class LeggedRough(LeggedVelocity):
             self._cmd_low = torch.tensor([v, 0.0, 0.0], device=dev)
             self._cmd_high = self._cmd_low.clone()
             self._standing = 0.0
+            if self._heading is not None:  # hold the spawn heading: walk straight across
+                self._heading.spread = 0.0
 
     def surface(self, xy: Tensor) -> Tensor:
         """Terrain height (m) under world points xy [..., 2]."""

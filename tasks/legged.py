@@ -31,6 +31,7 @@ from trot.tasks.gait import GaitTracker
 from trot.tasks.legged_config import COMMANDS, LeggedConfig, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.mirror import Mirror
+from trot.tasks.randomization import DomainRandomizer
 from trot.tasks.observation import ObsTerm
 
 __all__ = ["COMMANDS", "LeggedConfig", "LeggedVelocity", "config_for"]
@@ -201,13 +202,9 @@ class LeggedVelocity(Task[LeggedConfig]):
         self._latency = torch.zeros(c.latency_steps, n, m.nu, **f32)  # ring of pending actions
         self._ring = 0
 
-        # domain randomization: ids and the nominal values every draw starts from
         self._floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, self._floor_name)
-        self._base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, self.robot.base)
-        as_t = lambda a: torch.tensor(a, dtype=torch.float32, device=dev)  # noqa: E731
-        self._nominal = {f: as_t(getattr(m, f)) for f in
-                         ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm",
-                          "actuator_biasprm")}
+        base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, self.robot.base)
+        self._randomize = DomainRandomizer(m, c, self._floor, base, dev)
 
     # ---------------------------------------------------------------- sensors
     def _joint_vel(self, sim: BatchedSim) -> Tensor:
@@ -251,39 +248,6 @@ class LeggedVelocity(Task[LeggedConfig]):
     def _draw_push_interval(self, n: int, gen: torch.Generator, dev) -> Tensor:
         lo, hi = self._push_steps
         return torch.randint(lo, hi + 1, (n,), generator=gen, device=dev)
-
-    def _randomize(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
-        c, n, dev = self.config, sim.num_envs, sim.device
-        nom = self._nominal
-
-        def uniform(rng: tuple[float, float], *shape: int) -> Tensor:
-            lo, hi = rng
-            return lo + (hi - lo) * torch.rand(*shape, generator=gen, device=dev)
-
-        friction = nom["geom_friction"].expand(n, -1, -1).clone()
-        friction[:, self._floor, 0] = uniform(c.friction_range, n)
-        sim.set_params("geom_friction", mask, friction)
-
-        mass = nom["body_mass"].expand(n, -1).clone()
-        mass[:, self._base] += uniform(c.added_mass_range, n)
-        sim.set_params("body_mass", mask, mass)
-
-        ipos = nom["body_ipos"].expand(n, -1, -1).clone()
-        shift = torch.tensor(c.com_offset, device=dev)
-        ipos[:, self._base] += shift * uniform((-1.0, 1.0), n, 3)
-        sim.set_params("body_ipos", mask, ipos)
-
-        nu = sim.model.nu
-        strength = uniform(c.motor_strength_range, n, nu)
-        kp = nom["actuator_gainprm"][:, 0] * strength * uniform(c.kp_range, n, nu)
-        kv = -nom["actuator_biasprm"][:, 2] * strength * uniform(c.kd_range, n, nu)
-        gain = nom["actuator_gainprm"].expand(n, -1, -1).clone()
-        bias = nom["actuator_biasprm"].expand(n, -1, -1).clone()
-        gain[:, :, 0] = kp  # position servo: force = kp * (ctrl - q) - kv * qdot
-        bias[:, :, 1] = -kp
-        bias[:, :, 2] = -kv
-        sim.set_params("actuator_gainprm", mask, gain)
-        sim.set_params("actuator_biasprm", mask, bias)
 
     # ---------------------------------------------------------------- stepping
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:

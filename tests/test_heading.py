@@ -100,3 +100,28 @@ def test_standing_commands_stay_still_and_the_heading_is_checkpointed():
     a, b = env.step(torch.zeros(64, env.action_dim)), twin.step(torch.zeros(64, env.action_dim))
     assert torch.equal(env.task.command, twin.task.command)
     assert torch.equal(a.obs.policy, b.obs.policy)
+
+
+def test_curriculum_odds_tracker_follows_the_closed_form_circle():
+    """benchmarks/curriculum_odds.py's perfect tracker against the exact arc of a constant
+    (v, 0, w) command: catches a base-to-world rotation with the wrong sign or axis."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parents[1] / "benchmarks" / "curriculum_odds.py"
+    spec = importlib.util.spec_from_file_location("curriculum_odds", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    odds, track = bench.odds, bench.track
+
+    v, w, T, dt = 0.8, 0.6, 4.0, 1e-4
+    yaw0 = torch.tensor([0.3], dtype=torch.float64)
+    cmd = torch.tensor([[v, 0.0, w]], dtype=torch.float64)
+    xy, asked = track(lambda t, yaw: cmd, yaw0, torch.zeros(1, 2, dtype=torch.float64),
+                      round(T / dt), dt)
+    r = v / w  # centre of the turn: r to the base's left of the start
+    cx, cy = -r * math.sin(0.3), r * math.cos(0.3)
+    end = (cx + r * math.sin(0.3 + w * T), cy - r * math.cos(0.3 + w * T))
+    assert np.allclose(xy[0].numpy(), end, atol=1e-3)
+    assert float(asked) == pytest.approx(v * T, rel=1e-6)
+    (up_rate, down_rate), (up_head, down_head) = odds(False, 500), odds(True, 500)
+    assert up_head > up_rate and down_head < down_rate

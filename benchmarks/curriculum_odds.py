@@ -1,0 +1,84 @@
+"""How often a perfect velocity tracker would be promoted or demoted by the terrain
+curriculum (tasks/rough.py, legged_gym's rule), with drawn yaw-rate commands against
+heading commands (LeggedConfig.heading_command).
+
+    python benchmarks/curriculum_odds.py --envs 20000
+
+A kinematic robot on flat ground follows go1-rough's commands exactly (trot's own command
+sampling and heading law, its ranges, resampling and episode length), from a spawn at its
+tile's centre plus U(-0.5, 0.5) m. At the episode's end it is promoted if it is farther
+than half a tile from the centre, demoted if it walked less than half the commanded
+distance. No policy and no terrain: the share a robot that walks perfectly gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+from torch import Tensor
+
+import trot.tasks.go1  # noqa: F401  (registers go1-rough)
+from trot.tasks import locomotion as loco
+from trot.tasks.registry import get_task
+
+
+def track(cmd_at, yaw: Tensor, xy: Tensor, steps: int, dt: float) -> tuple[Tensor, Tensor]:
+    """Integrate a perfect tracker: `cmd_at(t, yaw)` gives the [N, 3] base-frame command
+    (vx, vy, yaw rate) at step t. Returns the final xy [N, 2] and the commanded planar
+    distance [N]. Forward Euler at the control step, as the curriculum's own integral."""
+    asked = torch.zeros(len(yaw), dtype=xy.dtype)
+    for t in range(steps):
+        cmd = cmd_at(t, yaw)
+        c, s = torch.cos(yaw), torch.sin(yaw)
+        vel = torch.stack([c * cmd[:, 0] - s * cmd[:, 1], s * cmd[:, 0] + c * cmd[:, 1]], 1)
+        xy = xy + dt * vel
+        yaw = yaw + dt * cmd[:, 2]
+        asked += dt * cmd[:, :2].norm(dim=-1)
+    return xy, asked
+
+
+def odds(heading: bool, n: int, seed: int = 0) -> tuple[float, float]:
+    """(promoted, demoted) shares of n perfect trackers over one go1-rough episode."""
+    c = get_task("go1-rough").config
+    dt = 0.02  # 4 substeps of the Go1's 5 ms
+    gen = torch.Generator().manual_seed(seed)
+    low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.yaw_rate[0]], dtype=torch.float64)
+    high = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.yaw_rate[1]], dtype=torch.float64)
+    every = round(c.resample_seconds / dt)
+    steer = loco.HeadingSteer(n, c.heading_stiffness, c.yaw_rate, math.pi, "cpu")
+    steer.target = steer.target.double()
+    state = {}
+
+    def cmd_at(t: int, yaw: Tensor) -> Tensor:
+        if t % every == 0:
+            state["cmd"] = loco.sample_commands(n, low, high, c.standing_fraction, gen)
+            steer.draw(yaw, torch.ones(n, dtype=torch.bool), state["cmd"], gen)
+        cmd = state["cmd"].clone()
+        if heading:
+            steer.steer(yaw, cmd)
+        return cmd
+
+    yaw = math.pi * (2 * torch.rand(n, generator=gen, dtype=torch.float64) - 1)
+    xy0 = c.spawn_spread * (2 * torch.rand(n, 2, generator=gen, dtype=torch.float64) - 1)
+    xy, asked = track(cmd_at, yaw, xy0, round(c.episode_seconds / dt), dt)
+    walked = xy.norm(dim=-1)
+    up = walked > c.tile_size / 2
+    down = (walked < 0.5 * asked) & ~up
+    return up.double().mean().item(), down.double().mean().item()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--envs", type=int, default=20000, help="trackers per mode")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    for heading in (False, True):
+        up, down = odds(heading, a.envs, a.seed)
+        name = "heading commands" if heading else "yaw-rate commands"
+        print(f"{name:18s} promoted {up:.3f}  demoted {down:.3f}  (n={a.envs})")
+
+
+if __name__ == "__main__":
+    main()

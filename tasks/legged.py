@@ -31,8 +31,8 @@ from trot.tasks.gait import GaitTracker
 from trot.tasks.legged_config import COMMANDS, LeggedConfig, config_for
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.mirror import Mirror
-from trot.tasks.randomization import DomainRandomizer
 from trot.tasks.observation import ObsTerm
+from trot.tasks.randomization import DomainRandomizer
 
 __all__ = ["COMMANDS", "LeggedConfig", "LeggedVelocity", "config_for"]
 

@@ -81,7 +81,8 @@ def test_sub_terrains_have_their_shapes():
 
 def test_lookup_is_the_surface_mujoco_collides_with():
     """At 3000 random points over every sub-terrain, the lookup equals mj_ray down onto
-    the heightfield (numpy float64 and torch float32). A bilinear patch, the other
+    the heightfield (numpy float64 and torch float32, the latter also with the integer
+    triangle index of very large maps). A bilinear patch, the other
     diagonal or a flipped row order would miss by centimetres: checked below too."""
     t = tr.generate(SMALL)
     model = _model(t)
@@ -97,6 +98,11 @@ def test_lookup_is_the_surface_mujoco_collides_with():
     got = hf.surface_height(torch, tmaps, plane, f32(x), f32(y)).double().numpy()
     assert np.abs(got - ray).max() < 1e-4
 
+    with pytest.MonkeyPatch.context() as mp:  # the integer index of maps past 2^24 rows
+        mp.setattr(hf, "FLOAT32_EXACT", 0)
+        got = hf.surface_height(torch, tmaps, plane, f32(x), f32(y)).double().numpy()
+    assert np.abs(got - ray).max() < 1e-4
+
     m = maps[0]
     gx, gy = (x - m.x0) / m.dx, (y - m.y0) / m.dy
     j, i = np.minimum(gx.astype(int), m.heights.shape[1] - 2), \
@@ -105,8 +111,36 @@ def test_lookup_is_the_surface_mujoco_collides_with():
     bilinear = (h[i, j] * (1 - fx) * (1 - fy) + h[i, j + 1] * fx * (1 - fy)
                 + h[i + 1, j] * (1 - fx) * fy + h[i + 1, j + 1] * fx * fy)
     assert np.abs(bilinear - ray).max() > 1e-3
-    flipped = dataclasses.replace(m, heights=m.heights[::-1])
+    flipped = hf.height_map(m.heights[::-1], m.x0, m.y0, m.dx, m.dy)
     assert np.abs(hf.surface_height(np, (flipped,), plane, x, y) - ray).max() > 1e-2
+
+
+def test_lookup_over_two_maps_skips_only_the_map_the_points_miss():
+    """go1-rough's layout: the course touches the terrain's +x edge. Batches of points on
+    one map only (the other skipped by its bounding box, numpy and torch on the CPU) and
+    straddling the seam agree with mj_ray. A skip test that compares the wrong end of
+    the points' range, or misses the map's last cell, drops a map the points are on."""
+    a = tr.generate(SMALL)
+    b = tr.generate(dataclasses.replace(SMALL, rows=2, cols=3, seed=5))
+    b = dataclasses.replace(b, origin=(a.origin[0] + a.size[0], a.origin[1]))
+    spec = mujoco.MjSpec()
+    tr.add_terrain(spec, a, "terrain")
+    tr.add_terrain(spec, b, "course")
+    model = spec.compile()
+    maps, plane = hf.height_maps(model)
+    tmaps = hf.height_maps(model, lambda v: torch.tensor(v, dtype=torch.float32))[0]
+    rng = np.random.default_rng(2)
+    seam = a.origin[0] + a.size[0]
+    last_cell = (seam - 0.9 * SMALL.resolution, seam)  # map a's last column of cells
+    for lo, hi in ((a.origin[0], seam), (seam, seam + b.size[0]), (seam - 1, seam + 1),
+                   last_cell):
+        x = np.r_[rng.uniform(lo, hi, 400), hi]  # and the far edge exactly
+        y = b.origin[1] + rng.uniform(0, b.size[1], 401)
+        ray = _ray_heights(model, x, y)
+        assert np.abs(hf.surface_height(np, maps, plane, x, y) - ray).max() < 1e-9
+        got = hf.surface_height(torch, tmaps, plane, torch.tensor(x, dtype=torch.float32),
+                                torch.tensor(y, dtype=torch.float32))
+        assert np.abs(got.double().numpy() - ray).max() < 1e-4
 
 
 def test_model_heights_are_the_generated_heights():
@@ -124,9 +158,9 @@ def test_scan_of_a_mirrored_world_is_the_mirrored_scan():
     mirror-symmetric, and on such cells it does not matter."""
     rng = np.random.default_rng(1)
     f, g = np.cumsum(rng.normal(0, 0.02, 200)), np.cumsum(rng.normal(0, 0.02, 201))
-    m = hf.HeightMap(f[None, :] + g[:, None], -5.0, -5.0, 0.05, 0.05)  # [201, 200]
+    m = hf.height_map(f[None, :] + g[:, None], -5.0, -5.0, 0.05, 0.05)  # [201, 200]
     maps = (m,)
-    flipped = hf.HeightMap(m.heights[::-1], m.x0, -5.0, m.dx, m.dy)  # y in [-5, 5]
+    flipped = hf.height_map(m.heights[::-1], m.x0, -5.0, m.dx, m.dy)  # y in [-5, 5]
     grid = (1.6, 1.0, 0.1)
     offsets = hf.scan_offsets(grid)
     pos = np.c_[rng.uniform(-4, 4, (8, 2)), rng.uniform(0.2, 0.5, 8)]
@@ -169,6 +203,30 @@ def test_height_scan_matches_mj_ray_from_the_robot():
         py = trunk.xpos[1] + s * offsets[:, 0] + c * offsets[:, 1]
         want = np.clip(trunk.xpos[2] - _ray_heights(model, px, py), *slot.term.clip)
         assert np.abs(raw[i].double().numpy() - want).max() < 1e-4, i
+
+
+def test_scan_after_partial_resets_is_the_scan_of_the_reset_state():
+    """The env's second observation of a step (after resetting the envs that ended) only
+    recomputes the scan rows whose base moved (observation_kinds._ChangedRows). Against a
+    full scan of the state after each step: stale rows for the reset envs, or rows written
+    to the wrong envs, would differ by the robot's drop to its spawn height or more."""
+    env = _rough_env(n=16)
+    env.reset()
+    slot = next(s for s in env.critic_layout.slots if s.term.name == "height_scan")
+    maps, plane = hf.height_maps(env.sim.model, torch.tensor)
+    offsets = torch.tensor(hf.scan_offsets(env.task.config.scan_grid), dtype=torch.float32)
+    partial = 0
+    for step in range(80):
+        out = env.step(torch.rand(env.num_envs, env.action_dim) * 2 - 1)
+        ended = int((out.terminated | out.truncated).sum())
+        partial += 0 < ended < env.num_envs // 2
+        q = env.sim.qpos
+        want = hf.scan(torch, maps, plane, q[:, :3], q[:, 3:7], offsets)
+        want = (want.clamp(*slot.term.clip) - torch.tensor(slot.term.offset)) * \
+            torch.tensor(slot.term.scale)
+        got = out.obs.critic[:, slot.start:slot.start + slot.size]
+        assert (got - want).abs().max() < 1e-5, step
+    assert partial >= 3  # the partial path ran
 
 
 def test_gait_terms_measure_heights_above_the_terrain():

@@ -260,9 +260,12 @@ def _scan_source(env, t):
     offsets = qpos.new_tensor(hf.scan_offsets(t.grid))
     s = t.start
 
+    def compute(pose):  # [M, 7] base position and quaternion -> [M, P]
+        return hf.scan(torch, maps, plane, pose[:, :3], pose[:, 3:], offsets)
+    scan = _ChangedRows(compute) if qpos.device.type == "cpu" else compute
+
     def read():
-        q = env.sim.qpos
-        x = hf.scan(torch, maps, plane, q[:, s:s + 3], q[:, s + 3:s + 7], offsets)
+        x = scan(env.sim.qpos[:, s:s + 7])
         return x + env.task.scan_bias[:, None] if biased and env.noise else x
     biased = t.episode_offset > 0
     if biased and getattr(env.task, "scan_bias", None) is None:
@@ -270,6 +273,30 @@ def _scan_source(env, t):
                          f"draws a per-episode `scan_bias` [N]; {type(env.task).__name__} "
                          "has none")
     return len(offsets), read
+
+
+class _ChangedRows:
+    """compute(pose) [N, 7] -> [N, P], recomputing only the rows whose pose changed since
+    the last call; a row depends on its own pose alone, so the others are what a full call
+    would give, bit for bit. The env observes twice a step, the second time after the envs
+    that ended were reset: the scan's second pass then costs a few rows. CPU only: on an
+    accelerator, finding the rows would sync the host."""
+
+    def __init__(self, compute: Callable[[Any], Any]):
+        self.compute, self.pose, self.out = compute, None, None
+
+    def __call__(self, pose):
+        if self.pose is not None and self.pose.shape == pose.shape:
+            rows = (pose != self.pose).any(1).nonzero().squeeze(1)  # NaN rows included
+            if 2 * len(rows) < len(pose):
+                out = self.out.clone()  # a fresh tensor: the one returned before stays
+                if len(rows):
+                    out[rows] = self.compute(pose[rows])
+                    self.pose[rows] = pose[rows]
+                self.out = out
+                return out
+        self.pose, self.out = pose.clone(), self.compute(pose)
+        return self.out
 
 
 def _robot_scan(builder, src: dict, data) -> np.ndarray:

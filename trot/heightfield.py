@@ -58,11 +58,10 @@ def height_map(heights: np.ndarray, x0: float, y0: float, dx: float, dy: float,
     return HeightMap(as_array(h), x0, y0, dx, dy, as_array(planes))
 
 
-def height_maps(model, as_array=np.asarray, names=None
-                ) -> tuple[tuple[HeightMap, ...], float | None]:
-    """Every world hfield geom of `model` (unrotated: trot's terrains), or those named in
-    `names`, as a HeightMap with `as_array` applied to its arrays, and the height of the
-    model's ground plane (None: no plane). A rotated hfield geom is refused."""
+def height_maps(model, as_array=np.asarray) -> tuple[tuple[HeightMap, ...], float | None]:
+    """Every world hfield geom of `model` (unrotated: trot's terrains) as a HeightMap with
+    `as_array` applied to its arrays, and the height of the model's ground plane (None:
+    no plane). A rotated hfield geom is refused."""
     import mujoco
 
     maps, plane = [], None
@@ -71,8 +70,7 @@ def height_maps(model, as_array=np.asarray, names=None
             continue
         if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE and plane is None:
             plane = float(model.geom_pos[g, 2])
-        if model.geom_type[g] != mujoco.mjtGeom.mjGEOM_HFIELD or \
-                (names is not None and model.geom(g).name not in names):
+        if model.geom_type[g] != mujoco.mjtGeom.mjGEOM_HFIELD:
             continue
         if not np.allclose(model.geom_quat[g], [1, 0, 0, 0]):
             raise ValueError("height lookup: heightfield geoms must be unrotated")

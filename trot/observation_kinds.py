@@ -277,8 +277,8 @@ def _scan_source(env, t):
 
 class _ChangedRows:
     """compute(pose) [N, 7] -> [N, P], recomputing only the rows whose pose changed since
-    the last call; a row depends on its own pose alone, so the others are what a full call
-    would give, bit for bit. The env observes twice a step, the second time after the envs
+    the last call; a row depends on its own pose alone, so the others keep the values a
+    full call computes. The env observes twice a step, the second time after the envs
     that ended were reset: the scan's second pass then costs a few rows. CPU only: on an
     accelerator, finding the rows would sync the host."""
 

@@ -83,7 +83,9 @@ class Trainer:
         """One rollout into the storage, acting with the actor of `actor_lag` updates ago
         (the learner's own without a lag), with its V(s_t)."""
         lagged = self.actor_snapshots[0] if self.behaviour_actor is not None else None
-        return self._values(self._collect_steps(self.storage, lagged))
+        ro = self._collect_steps(self.storage, lagged)
+        set_threads(self.cfg.update_threads)  # the sim is idle: the critic pass gets the cores
+        return self._values(ro)
 
     @torch.no_grad()
     def _collect_steps(self, ro: Rollout, actor_state: dict | None) -> Rollout:
@@ -122,8 +124,7 @@ class Trainer:
         self.rollback.save()
         if self.prefetch is None:
             set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores to step
-            ro = self.collect()
-            set_threads(self.cfg.update_threads)  # the sim is idle: the update gets the cores
+            ro = self.collect()  # ends on the update's threads
         else:  # rollout k; k+1 is collected meanwhile, by the actor before this update
             set_threads(self.cfg.torch_threads)  # beside MuJoCo's threads, as while stepping
             ro = self._values(self.prefetch.begin(self.actor_snapshots[0],

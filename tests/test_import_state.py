@@ -90,7 +90,7 @@ def test_registered_agent_overrides_are_read_and_unknown_names_refused():
     from trot.tasks.registry import get_task
 
     go1 = tuned(get_task("go1-flat").agent)
-    assert (go1.rollout_steps, go1.actor_hidden) == (24, (256, 128, 64))
+    assert (go1.rollout_steps, go1.actor_hidden) == (24, (128, 64, 32))
     assert dataclasses.replace(go1, rollout_steps=16, actor_hidden=(64, 64),
                                critic_hidden=(64, 64), entropy_coef=0.0,
                                init_log_std=0.0) == PPOConfig()

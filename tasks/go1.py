@@ -57,7 +57,7 @@ GO1_AGENT = dict(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, 
                  actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), activation="elu")
 
 # legged_gym's flat-terrain network size: with the clock it walks within go1-flat's goals
-# at 0.7 of the env loop's speed, where 256-128-64 trained at 0.55 (docs/benchmarks.md,
+# at 0.62-0.74 of the env loop's speed, where 256-128-64 trained at 0.51-0.59 (docs/benchmarks.md,
 # "Smaller networks with the clock")
 GO1_FLAT_AGENT = GO1_AGENT | dict(actor_hidden=(128, 64, 32), critic_hidden=(128, 64, 32))
 

@@ -36,8 +36,6 @@ Under RK4, cacc and cfrc_int differ from MuJoCo C's (xpos and cfrc_ext agree).
 
 from __future__ import annotations
 
-import copy
-import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,22 +44,22 @@ import jax
 import mujoco
 import numpy as np
 import torch
-from mujoco import mjx
 from torch import Tensor
 
 from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
                            sensor_slices, sensor_view)
 from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
                                  to_jax, to_torch, warp_available)
-from trot.sim.mjx_programs import _broadcast_data, _flat, _programs
+from trot.sim.mjx_programs import (WARP_GRAPH_ENV, _broadcast_data, _contact_sizes, _flat,
+                                   _programs, _put_model, _template_data,
+                                   _without_autoreset)
 
-__all__ = ["IMPLS", "IMPL_ENV", "MjxSim", "jax_device", "resolve_impl", "to_jax", "to_torch",
-           "warp_available"]
+__all__ = ["IMPLS", "IMPL_ENV", "WARP_GRAPH_ENV", "MjxSim", "jax_device", "resolve_impl",
+           "to_jax", "to_torch", "warp_available"]
 
 RESET_SHARE = 16
 """MJX-JAX resets up to N / RESET_SHARE envs per step by gathering them (their forward
 only); a step that ends more forwards the whole batch, in the same program"""
-WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
 
 
 # Data fields that define the state a step starts from (the rest is recomputed by forward);
@@ -118,43 +116,10 @@ class MjxSim:
         self._jdev = jax_device(self.device)
         self._sensors = sensor_slices(model)
 
-        kw = {}
-        if self.impl == "warp":
-            # Warp keeps every env's contacts in one shared buffer of naconmax slots and
-            # njmax constraint rows per env; overflow drops contacts (see `overflow`).
-            self.nconmax = int(nconmax or _model_size(model, "nconmax") or _warp_default(
-                "_default_nconmax", model, 64))
-            self.njmax = int(njmax or _model_size(model, "njmax") or _warp_default(
-                "_default_njmax", model, 128))
-            kw = {"naconmax": n * self.nconmax, "njmax": self.njmax}
-        else:
-            self.nconmax = self.njmax = None  # MJX-JAX: contact arrays sized from the model
-        # MJX never auto-resets a diverging env (divergence stays visible, as the cpu backend
-        # arranges with mjDSBL_AUTORESET). MuJoCo Warp rejects that flag, and the flags are
-        # part of the compiled programs' signature: put a copy without it, so that a model
-        # shared with a CpuSim (which sets it) still maps to one program.
-        clean = copy.copy(model)
-        clean.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_AUTORESET)
-        graph = warp_graph_mode or os.environ.get(WARP_GRAPH_ENV)
-        if self.impl == "warp" and graph:
-            from mujoco.mjx.warp import types as mjxw_types
-
-            try:
-                kw_model = {"graph_mode": getattr(mjxw_types.GraphMode, graph.upper())}
-            except AttributeError:
-                raise ValueError(f"unknown Warp graph mode {graph!r}; accepted: " + ", ".join(
-                    m.name for m in mjxw_types.GraphMode)) from None
-        else:
-            kw_model = {}
-        self._mx = mjx.put_model(clean, device=self._jdev, impl=self.impl, **kw_model)
-        d0 = mjx.make_data(clean, device=self._jdev, impl=self.impl, **kw)
-        if model.nmocap:  # mj_resetData puts mocap bodies at their model pose; so do we
-            ids = np.flatnonzero(model.body_mocapid >= 0)
-            ids = ids[np.argsort(model.body_mocapid[ids])]
-            put = lambda a: jax.device_put(a.astype(np.float32), self._jdev)  # noqa: E731
-            d0 = d0.replace(mocap_pos=put(model.body_pos[ids]),
-                            mocap_quat=put(model.body_quat[ids]))
-        # the reset template: zero time, act, warmstart, ctrl and applied forces
+        self.nconmax, self.njmax, kw = _contact_sizes(model, self.impl, n, nconmax, njmax)
+        clean = _without_autoreset(model)
+        self._mx = _put_model(clean, self._jdev, self.impl, warp_graph_mode)
+        d0 = _template_data(clean, self._jdev, self.impl, kw)
         self._d0s, self._d0_leaves = _flat(d0)
 
         # per-env parameter tables [N, *shape] float32 for the batched model fields
@@ -174,19 +139,7 @@ class MjxSim:
         self._ds, self._d_leaves = _flat(_broadcast_data(d0, qpos0))
         paths = jax.tree_util.tree_flatten_with_path(self._data())[0]
         self._idx = {_attr_name(p): i for i, (p, _) in enumerate(paths)}
-        self.fields = tuple(dict.fromkeys(fields))
-        self._field_leaf = {}  # tracked field -> its leaf ('xpos', '_impl.cfrc_ext', ...)
-        for f in self.fields:
-            leaf = next((k for k in (f, f"_impl.{f}") if k in self._idx), None)
-            if leaf is None or f in ("qpos", "qvel", "sensordata"):
-                raise ValueError(f"cannot track MjData field {f!r}; accepted: MJX data fields "
-                                 "other than qpos, qvel and sensordata (read those directly)")
-            self._field_leaf[f] = leaf
-        self._rne = any(f in RNE_POST_FIELDS for f in self.fields)
-        if self._rne and self.impl != "jax":
-            raise ValueError(f"tracking {[f for f in self.fields if f in RNE_POST_FIELDS]} "
-                             "needs MJX's rne_postconstraint, which trot runs on impl='jax' "
-                             "only; use impl='jax' or the cpu backend")
+        self._track(fields)
         self.all_stable = None  # knowing would need a device sync
         self._unstable = jax.device_put(np.zeros(n, dtype=bool), self._jdev)
         self._overflow = self._unstable
@@ -198,6 +151,22 @@ class MjxSim:
         everyone = torch.ones(n, dtype=torch.bool, device=self.device)
         qpos = torch.as_tensor(np.tile(model.qpos0, (n, 1)), dtype=torch.float32)
         self.reset(everyone, qpos.to(self.device), torch.zeros(n, model.nv, device=self.device))
+
+    def _track(self, fields: Sequence[str]) -> None:
+        """Map each tracked MjData field to its leaf ('xpos', '_impl.cfrc_ext', ...)."""
+        self.fields = tuple(dict.fromkeys(fields))
+        self._field_leaf = {}
+        for f in self.fields:
+            leaf = next((k for k in (f, f"_impl.{f}") if k in self._idx), None)
+            if leaf is None or f in ("qpos", "qvel", "sensordata"):
+                raise ValueError(f"cannot track MjData field {f!r}; accepted: MJX data fields "
+                                 "other than qpos, qvel and sensordata (read those directly)")
+            self._field_leaf[f] = leaf
+        self._rne = any(f in RNE_POST_FIELDS for f in self.fields)
+        if self._rne and self.impl != "jax":
+            raise ValueError(f"tracking {[f for f in self.fields if f in RNE_POST_FIELDS]} "
+                             "needs MJX's rne_postconstraint, which trot runs on impl='jax' "
+                             "only; use impl='jax' or the cpu backend")
 
     # ------------------------------------------------------------------ properties
     @property
@@ -399,17 +368,3 @@ def _attr_name(path) -> str:
     return ".".join(str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k))))
                     for k in path)
 
-
-def _model_size(model: mujoco.MjModel, name: str) -> int:
-    v = int(getattr(model, name, -1))
-    return max(0, v)
-
-
-def _warp_default(fn: str, model: mujoco.MjModel, fallback: int) -> int:
-    """MuJoCo Warp's own per-world estimate (a private helper: fall back if it moved)."""
-    try:
-        from mujoco.mjx.third_party.mujoco_warp._src import io as mjw_io
-
-        return int(getattr(mjw_io, fn)(model))
-    except Exception:  # noqa: BLE001
-        return fallback

@@ -1,17 +1,23 @@
 """The jitted MJX programs of the mjx backend: stepping and resetting the whole batch
 (`vmap` over envs of a `lax.scan` over substeps), with divergence and MuJoCo Warp's buffer
-overflow flags computed on the device."""
+overflow flags computed on the device; and the model and template data they start from."""
 
 from __future__ import annotations
 
+import copy
+import os
 from functools import cache
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import mujoco
+import numpy as np
 from mujoco import mjx
 
 from trot.sim.base import MAX_STATE_VALUE
+
+WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
 
 # MuJoCo Warp's per-world overflow bitmask (mujoco_warp OverflowType): the bits that mean a
 # fixed-size buffer was too small and contacts or constraints were dropped. (ITERATIONS and
@@ -151,3 +157,71 @@ def _overflow(d, n: int) -> jax.Array:
 def _broadcast_data(d0, qpos):
     """An [N]-batched copy of the template data (vmap keeps MJX-Warp's shared buffers)."""
     return jax.vmap(lambda q: d0.replace(qpos=q))(qpos)
+
+
+# ---------------------------------------------------------------------- placing the model
+def _without_autoreset(model: mujoco.MjModel) -> mujoco.MjModel:
+    """A copy without mjDSBL_AUTORESET. MJX never auto-resets a diverging env (divergence
+    stays visible, as the cpu backend arranges with that flag). MuJoCo Warp rejects the
+    flag, and the flags are part of the compiled programs' signature: a model shared with a
+    CpuSim (which sets it) still maps to one program."""
+    clean = copy.copy(model)
+    clean.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_AUTORESET)
+    return clean
+
+
+def _put_model(model: mujoco.MjModel, jdev, impl: str, graph_mode: str | None):
+    """The mjx.Model on `jdev`; on Warp, with the CUDA-graph mode named by `graph_mode`,
+    else $TROT_MJX_WARP_GRAPH, else MJX's default."""
+    graph = graph_mode or os.environ.get(WARP_GRAPH_ENV)
+    kw = {}
+    if impl == "warp" and graph:
+        from mujoco.mjx.warp import types as mjxw_types
+
+        try:
+            kw = {"graph_mode": getattr(mjxw_types.GraphMode, graph.upper())}
+        except AttributeError:
+            raise ValueError(f"unknown Warp graph mode {graph!r}; accepted: " + ", ".join(
+                m.name for m in mjxw_types.GraphMode)) from None
+    return mjx.put_model(model, device=jdev, impl=impl, **kw)
+
+
+def _template_data(model: mujoco.MjModel, jdev, impl: str, kw: dict):
+    """One env's reset template: zero time, act, warmstart, ctrl and applied forces; mocap
+    bodies at their model pose, as mj_resetData puts them."""
+    d0 = mjx.make_data(model, device=jdev, impl=impl, **kw)
+    if model.nmocap:
+        ids = np.flatnonzero(model.body_mocapid >= 0)
+        ids = ids[np.argsort(model.body_mocapid[ids])]
+        put = lambda a: jax.device_put(a.astype(np.float32), jdev)
+        d0 = d0.replace(mocap_pos=put(model.body_pos[ids]),
+                        mocap_quat=put(model.body_quat[ids]))
+    return d0
+
+
+def _contact_sizes(model: mujoco.MjModel, impl: str, n: int, nconmax: int | None,
+                   njmax: int | None) -> tuple[int | None, int | None, dict]:
+    """(nconmax, njmax, make_data's keywords). Warp keeps every env's contacts in one shared
+    buffer of naconmax = N * nconmax slots and njmax constraint rows per env; overflow drops
+    contacts (see `MjxSim.overflow`). MJX-JAX sizes its contact arrays from the model."""
+    if impl != "warp":
+        return None, None, {}
+    nconmax = int(nconmax or _model_size(model, "nconmax")
+                  or _warp_default("_default_nconmax", model, 64))
+    njmax = int(njmax or _model_size(model, "njmax")
+                or _warp_default("_default_njmax", model, 128))
+    return nconmax, njmax, {"naconmax": n * nconmax, "njmax": njmax}
+
+
+def _model_size(model: mujoco.MjModel, name: str) -> int:
+    return max(0, int(getattr(model, name, -1)))
+
+
+def _warp_default(fn: str, model: mujoco.MjModel, fallback: int) -> int:
+    """MuJoCo Warp's own per-world estimate (a private helper: fall back if it moved)."""
+    try:
+        from mujoco.mjx.third_party.mujoco_warp._src import io as mjw_io
+
+        return int(getattr(mjw_io, fn)(model))
+    except Exception:  # noqa: BLE001
+        return fallback

@@ -615,3 +615,36 @@ def test_kick_matches_cpu_backend(model):
         sim.step(c)
         ref.step(c)
     _close(sim.qpos, ref.qpos, 1e-3)
+
+
+MOCAP_XML = """<mujoco><worldbody>
+  <body name="a" mocap="true" pos="0.3 -0.2 0.5" quat="0.7071068 0 0.7071068 0">
+    <geom size="0.05" contype="0" conaffinity="0"/></body>
+  <body name="slider" pos="0 0 1"><joint name="x" type="slide" axis="1 0 0"/>
+    <geom size="0.1" contype="0" conaffinity="0"/></body>
+  <body name="b" mocap="true" pos="1 2 3"><geom size="0.05" contype="0" conaffinity="0"/></body>
+</worldbody><actuator><motor joint="x"/></actuator></mujoco>"""
+
+
+def test_mocap_bodies_start_and_reset_at_their_model_pose():
+    """Mocap bodies are at their model pose after construction, after steps and after a
+    partial reset, as mj_resetData puts them: a reset template or program that zeroed or
+    reordered mocap_pos / mocap_quat (MuJoCo C keeps them through steps) fails this."""
+    m = mujoco.MjModel.from_xml_string(MOCAP_XML)
+    ref = mujoco.MjData(m)  # mj_resetData's pose
+    n = 4
+    sim = MjxSim(m, n, device=DEV, fields=("mocap_pos", "mocap_quat"))
+
+    def check():
+        for f in ("mocap_pos", "mocap_quat"):
+            want = np.broadcast_to(getattr(ref, f), (n, m.nmocap, len(getattr(ref, f)[0])))
+            np.testing.assert_allclose(sim.data(f).cpu().numpy(), want, atol=1e-6, err_msg=f)
+
+    check()
+    for _ in range(3):
+        sim.step(torch.ones(n, m.nu, device=DEV))
+    assert (sim.qpos[:, 0] != 0).all()  # the slider moved: the steps ran
+    check()
+    mask = torch.tensor([True, False, True, False], device=DEV)
+    sim.reset(mask, torch.zeros(n, m.nq, device=DEV), torch.zeros(n, m.nv, device=DEV))
+    check()

@@ -212,13 +212,17 @@ def _check_guard(env, r, mask: torch.Tensor, steps_before: int) -> None:
     assert stats["episodes"] == k
 
 
-def test_nan_guard_after_injected_velocity(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT to the cwd
-    n = 8
+def _env_after_3_steps(n: int):
     env = _env(BAL, n=n, obs_noise=False)
     env.reset()
     for _ in range(3):
         env.step(torch.zeros(n, 1))
+    return env
+
+
+def test_nan_guard_after_injected_velocity(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT to the cwd
+    n, env = 8, _env_after_3_steps(8)
     mask = torch.zeros(n, dtype=torch.bool)
     mask[[1, 5]] = True
     qvel = env.sim.qvel.clone()
@@ -232,11 +236,7 @@ def test_nan_guard_mid_episode_divergence(tmp_path, monkeypatch):
     """Divergence mid-episode (huge actuator gain in some envs, full push): only those envs
     are terminated, zero-rewarded, reset and counted; the others continue."""
     monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT to the cwd
-    n = 8
-    env = _env(BAL, n=n, obs_noise=False)
-    env.reset()
-    for _ in range(3):
-        env.step(torch.zeros(n, 1))
+    n, env = 8, _env_after_3_steps(8)
     mask = torch.zeros(n, dtype=torch.bool)
     mask[[0, 6]] = True
     gain = env.sim.params("actuator_gainprm").clone()

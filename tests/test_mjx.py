@@ -36,6 +36,9 @@ from trot.sim.base import RANDOMIZABLE_FIELDS  # noqa: E402
 from trot.sim.cpu import CpuSim  # noqa: E402
 from trot.sim.mjx import IMPL_ENV, MjxSim, resolve_impl, to_jax, warp_available  # noqa: E402
 from trot.tasks.registry import compile_model, get_task  # noqa: E402
+from test_env import _check_guard, _obs_from_sensordata  # noqa: E402
+from test_sim_cpu import (check_set_params_rejects_bad_input,  # noqa: E402
+                          check_state_dict_round_trip)
 
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir",
@@ -348,23 +351,10 @@ def test_set_params_body_mass_only_masked_envs(model):
 
 def test_set_params_bad_input(model):
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
-    mask = _all()
     assert set(sim.randomized_fields) == set(RANDOMIZABLE_FIELDS)
-    with pytest.raises(ValueError) as e:
-        sim.set_params("body_masses", mask, torch.zeros(N, model.nbody))
-    for f in RANDOMIZABLE_FIELDS:
-        assert f in str(e.value)
-    with pytest.raises(ValueError, match="accepted"):
-        sim.params("opt_timestep")
-    with pytest.raises(ValueError, match="shape"):
-        sim.set_params("body_mass", mask, torch.zeros(3, model.nbody))
-    with pytest.raises(ValueError, match="shape"):
-        sim.set_params("body_mass", mask, torch.zeros(N, model.nbody + 1))
-    with pytest.raises(ValueError, match="shape"):
-        sim.set_params("geom_friction", mask, torch.zeros(N, model.ngeom))
+    check_set_params_rejects_bad_input(sim, model)
 
 
-# ---------------------------------------------------------------------------- instability
 def test_unstable_after_reset_with_huge_velocity(model):
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
     sim.reset(_all(), *_start_state(0))
@@ -419,34 +409,11 @@ def test_env_nan_guard_after_injected_velocity():
     qvel[mask] = 1e12
     env.sim.reset(mask, env.sim.qpos.clone(), qvel)
     r = env.step(zero)
-    for t in (r.obs.policy, r.final_obs.policy, r.reward):
-        assert torch.isfinite(t).all()
-    assert torch.equal(r.terminated, mask) and not r.truncated.any()
-    assert int(r.metrics["unstable"]) == 2 and torch.all(r.reward[mask] == 0.0)
-    assert torch.equal(env.episode_step, torch.where(mask, 0, 4))
+    _check_guard(env, r, mask, steps_before=3)  # the cpu backend's checks
     assert not env.sim.unstable.any()  # the guard reset them
-    stats = env.stats.drain(env.reward_terms)
-    assert stats["unstable_envs"] == 2 and stats["episodes"] == 2
 
 
 # ---------------------------------------------------------------------------- time limit
-def _layout(env) -> list[dict]:
-    return env.policy_layout.to_json()
-
-
-def _obs_from_sensordata(env, d: mujoco.MjData) -> np.ndarray:
-    model, out = env.sim.model, np.zeros(env.obs_dim)
-    for s in _layout(env):
-        raw = []
-        for name in s["source"]["sensors"]:
-            sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
-            adr, dim = model.sensor_adr[sid], model.sensor_dim[sid]
-            raw.append(d.sensordata[adr : adr + dim])
-        raw = np.concatenate(raw) - np.asarray(s["offset"])
-        out[s["start"] : s["start"] + s["size"]] = raw * s["scale"]
-    return out
-
-
 def test_truncation_at_time_limit_with_final_obs():
     """tests/test_env.py's truncation test on the mjx backend (float32 tolerances)."""
     n = N
@@ -495,27 +462,9 @@ def test_state_dict_round_trip(model):
     sim.set_params("body_mass", torch.tensor([False, True] * (N // 2), device=DEV), mass)
     for c in _controls(4, seed=7, amp=0.3):
         sim.step(c)
-    sd = sim.state_dict()
-    ctrls = _controls(15, seed=8, amp=0.3)
-
-    def run(s):
-        for c in ctrls:
-            s.step(c)
-        return [t.clone() for t in (s.qpos, s.qvel, s.sensordata, s.time)]
-
-    first = run(sim)
-    sd_copy = {k: v.clone() for k, v in sd.items()}
-    sim.load_state_dict(sd)
-    second = run(sim)
-    for a, b in zip(first, second):
-        assert torch.equal(a, b)
-    for k in sd:
-        assert torch.equal(sd[k], sd_copy[k]), k  # a snapshot, not a view of live state
-    fresh = MjxSim(model, N, SUBSTEPS, device=DEV)
-    fresh.load_state_dict(sd)
-    assert torch.equal(fresh.params("body_mass"), sim.params("body_mass"))
-    for a, b in zip(first, run(fresh)):
-        assert torch.equal(a, b)
+    check_state_dict_round_trip(sim, MjxSim(model, N, SUBSTEPS, device=DEV),
+                                _controls(15, seed=8, amp=0.3),
+                                outputs=("qpos", "qvel", "sensordata", "time"))
 
 
 # ---------------------------------------------------------------------------- training

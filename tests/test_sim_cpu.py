@@ -201,11 +201,13 @@ def test_set_params_body_mass_only_masked_envs(model):
         _close(dr.qvel[i], d.qvel)
 
 
-def test_set_params_bad_input(model):
-    sim, _, _ = _new_sim(model, n=4)
-    mask = _all(4)
+def check_set_params_rejects_bad_input(sim, model) -> None:
+    """A sim of any backend refuses an unknown field (naming the accepted ones) and values
+    of the wrong shape (also used by tests/test_mjx.py)."""
+    n = sim.num_envs
+    mask = torch.ones(n, dtype=torch.bool, device=sim.device)
     with pytest.raises(ValueError) as e:
-        sim.set_params("body_masses", mask, torch.zeros(4, model.nbody))
+        sim.set_params("body_masses", mask, torch.zeros(n, model.nbody))
     for f in RANDOMIZABLE_FIELDS:
         assert f in str(e.value)
     with pytest.raises(ValueError, match="accepted"):
@@ -213,9 +215,13 @@ def test_set_params_bad_input(model):
     with pytest.raises(ValueError, match="shape"):
         sim.set_params("body_mass", mask, torch.zeros(3, model.nbody))
     with pytest.raises(ValueError, match="shape"):
-        sim.set_params("body_mass", mask, torch.zeros(4, model.nbody + 1))
+        sim.set_params("body_mass", mask, torch.zeros(n, model.nbody + 1))
     with pytest.raises(ValueError, match="shape"):
-        sim.set_params("geom_friction", mask, torch.zeros(4, model.ngeom))  # needs [4, ngeom, 3]
+        sim.set_params("geom_friction", mask, torch.zeros(n, model.ngeom))  # needs [n, ngeom, 3]
+
+
+def test_set_params_bad_input(model):
+    check_set_params_rejects_bad_input(_new_sim(model, n=4)[0], model)
 
 
 # ---------------------------------------------------------------------------- instability
@@ -276,30 +282,31 @@ def test_state_dict_round_trip(model):
     for c in _controls(N, 4, seed=7):
         sim.step(c)
 
+    check_state_dict_round_trip(sim, CpuSim(model, N, SUBSTEPS), _controls(N, 15, seed=8))
+
+
+def check_state_dict_round_trip(sim, fresh, ctrls, outputs=("qpos", "qvel", "sensordata")):
+    """A sim of any backend, run through `ctrls` from its state_dict, repeats itself bitwise:
+    reloaded into itself and into `fresh` (a new sim of the same model and N), whose body
+    masses it must also restore. The state_dict is a snapshot, not a view of live state.
+    Also used by tests/test_mjx.py."""
     sd = sim.state_dict()
-    ctrls = _controls(N, 15, seed=8)
 
     def run(s):
         for c in ctrls:
             s.step(c)
-        return [t.clone() for t in (s.qpos, s.qvel, s.sensordata)]
+        return [getattr(s, k).clone() for k in outputs]
 
     first = run(sim)
     sd_copy = {k: v.clone() for k, v in sd.items()}
     sim.load_state_dict(sd)
-    second = run(sim)
-    for a, b in zip(first, second):
+    for a, b in zip(first, run(sim)):
         assert torch.equal(a, b)
-    # the snapshot is not a view of live state
     for k in sd:
         assert torch.equal(sd[k], sd_copy[k]), k
-
-    # loading into a fresh sim restores the randomized params too
-    fresh = CpuSim(model, N, SUBSTEPS)
     fresh.load_state_dict(sd)
     assert torch.equal(fresh.params("body_mass"), sim.params("body_mass"))
-    third = run(fresh)
-    for a, b in zip(first, third):
+    for a, b in zip(first, run(fresh)):
         assert torch.equal(a, b)
 
 

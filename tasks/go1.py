@@ -98,6 +98,8 @@ class Go1RoughConfig(Go1FlatConfig, RoughConfig):
 
 # go1-rough before the clock (legged_gym's feet air time) stood still for 75 minutes of
 # training; with the clock and the stiffer terrain contact it trots (docs/benchmarks.md)
+# It keeps 256-128-64: 128-64-32 trained 1.19x faster here but held the course's stairs
+# less steadily (docs/benchmarks.md, "Smaller networks on rough terrain")
 register(
     "go1-rough", Go1Rough, config_for(GO1, Go1RoughConfig, obs_history=4),
     "the Go1 trots on generated rough terrain (slopes, stairs, rough ground, obstacles) "

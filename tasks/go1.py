@@ -97,7 +97,7 @@ class Go1RoughConfig(Go1FlatConfig, RoughConfig):
 
 
 # go1-rough before the clock (legged_gym's feet air time) stood still for 75 minutes of
-# training; with the clock and the stiffer terrain contact it trots (docs/benchmarks.md)
+# training; with the clock and the stiffer terrain contact it trots (docs/benchmarks.md).
 # It keeps 256-128-64: 128-64-32 trained 1.19x faster here but held the course's stairs
 # less steadily (docs/benchmarks.md, "Smaller networks on rough terrain")
 register(

@@ -355,6 +355,7 @@ def test_set_params_bad_input(model):
     check_set_params_rejects_bad_input(sim, model)
 
 
+# ---------------------------------------------------------------------------- instability
 def test_unstable_after_reset_with_huge_velocity(model):
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
     sim.reset(_all(), *_start_state(0))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,13 +63,25 @@ def remove_stale_temps(folder: Path) -> list[Path]:
     return removed
 
 
+def _new_temp(path: Path, suffix: str) -> str:
+    """A new empty file beside `path` with the mode a plain open gives (0666 less the
+    umask): tempfile.mkstemp's 0600 would leave run files unreadable to the group."""
+    for _ in range(100):
+        tmp = path.parent / f"{temp_prefix(path.name)}{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return str(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp") -> None:
     """Call write(tmp) then atomically move tmp over path. `suffix` ends the temporary
     name (".tmp.mp4" for writers that choose a format by extension)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=suffix, dir=path.parent)
-    os.close(fd)
+    tmp = _new_temp(path, suffix)
     try:
         write(Path(tmp))
         with open(tmp, "rb") as f:

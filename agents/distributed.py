@@ -153,6 +153,12 @@ ONE_PROCESS = Comm()
 """A job of one process: every merge is the identity."""
 
 
+ENV_STREAM, SHUFFLE_STREAM, NOISE_STREAM = 0, 1, 2
+"""A run's random streams, each seeded rank_seed(run seed + stream, rank): the env's
+(start states, commands, randomization, observation noise), the minibatch shuffles, and
+the action noise. Distinct seeds: no stream re-reads another's numbers."""
+
+
 def rank_seed(seed: int, rank: int) -> int:
     """A distinct env seed per rank from the one run seed (rank 0 keeps the run seed, so a
     one-process run is unchanged)."""

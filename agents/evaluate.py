@@ -48,11 +48,13 @@ def run_episodes(env: Env, policy: Actor | Callable[[Tensor], Tensor],
     out = {"mean_return": ret.mean().item(), "std_return": ret.std(unbiased=False).item(),
            "episodes": float(episodes), "mean_length": length.mean().item(),
            "terminated_rate": term.float().mean().item()}
+    steps = torch.arange(env.max_episode_steps, device=dev)[:, None]  # [T, 1]
+    second_half = steps >= (length.long() // 2)[None]  # [T, N] steps L//2 .. L-1 of each
     for k, seq in traces.items():
         x = torch.stack(seq)  # [T, N], NaN after each env's episode ended
         out[k] = _mean_over_envs(_nanmean_per_env(x))
-        halves = [_nanmean_per_env(_second_half(x[:, i])) for i in range(n)]
-        out[f"{k}_second_half"] = _mean_over_envs(torch.stack(halves))
+        out[f"{k}_second_half"] = _mean_over_envs(_nanmean_per_env(
+            torch.where(second_half[:len(x)], x, torch.nan)))
     for k, v in final.items():  # NaN where the outcome does not apply to an env
         out[k] = v.nanmean().item() if bool((~v.isnan()).any()) else None
     return out | env.task.summarize(out)
@@ -68,11 +70,6 @@ def _nanmean_per_env(x: Tensor) -> Tensor:
 def _mean_over_envs(x: Tensor) -> float | None:
     """The mean over the envs where the metric was defined; None where it never was."""
     return x.nanmean().item() if bool((~x.isnan()).any()) else None
-
-
-def _second_half(col: Tensor) -> Tensor:  # [T] -> [T - T/2] of the steps played
-    played = col[~col.isnan()]
-    return played[len(played) // 2:]
 
 
 def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345, device: str = "cpu",

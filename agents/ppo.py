@@ -55,9 +55,12 @@ def normalize_advantages(adv: Tensor, comm: Comm = ONE_PROCESS) -> Tensor:
 
 
 def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]) -> Tensor:
-    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half."""
-    new = torch.where(kl > 2.0 * desired, lr / 1.5, torch.where(kl < 0.5 * desired,
-                                                                   lr * 1.5, lr))
+    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half but
+    not at 0. A KL of exactly 0 is an update's first minibatch, measured before any step
+    (the policy is still the one that acted): it says nothing about the step size, and
+    growing on it would raise the rate at every update."""
+    grow = (kl < 0.5 * desired) & (kl > 0)
+    new = torch.where(kl > 2.0 * desired, lr / 1.5, torch.where(grow, lr * 1.5, lr))
     return new.clamp(*bounds)
 
 

@@ -19,7 +19,8 @@ import trot
 from trot import faults
 from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
                                    remove_stale_temps, save_checkpoint)
-from trot.agents.distributed import ONE_PROCESS, Comm, rank_seed
+from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
+                                     Comm, rank_seed)
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.overlap import Prefetch
@@ -60,10 +61,12 @@ class Trainer:
         # the acting actor's memory [N, S], carried across iterations, zeroed at episode ends
         self.policy_state = self.ac.actor.initial_state(env.num_envs, dev)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
-        self.gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed + 1, comm.rank))
+        self.gen = torch.Generator(device=dev).manual_seed(
+            rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))
         # action noise: an explicit, checkpointed generator on the device (each rank its
         # own stream), so a resumed run draws what the straight one would, on a GPU too
-        self.noise_gen = torch.Generator(device=dev).manual_seed(rank_seed(cfg.seed, comm.rank))
+        self.noise_gen = torch.Generator(device=dev).manual_seed(
+            rank_seed(cfg.seed + NOISE_STREAM, comm.rank))
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0
@@ -186,7 +189,8 @@ class Trainer:
             "env": ranks[0]["env"], "ranks": ranks, "torch_rng": ranks[0]["torch_rng"],
             "gen": ranks[0]["gen"], "iteration": self.iteration,
             "env_steps": self.env_steps, "wall_s": self.wall_s,
-            "nan_updates": self.nan_updates, "config": to_json(self.cfg),
+            "nan_updates": self.nan_updates, "consecutive_nan": self._consecutive_nan,
+            "config": to_json(self.cfg),
             "trot_version": trot.__version__,
         } | ({"actor_snapshots": list(self.actor_snapshots)} if self.cfg.actor_lag else {})
 
@@ -215,6 +219,7 @@ class Trainer:
         if "policy_state" in mine:  # checkpoints before memory policies have none
             self.policy_state = mine["policy_state"].to(self.env.device)
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
+        self._consecutive_nan = s.get("consecutive_nan", 0)  # older checkpoints: none
         if self.prefetch is not None:
             self.prefetch.load_state_dict(mine.get("pending"))
         if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
@@ -322,7 +327,7 @@ class _StopFlag:
 def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
     cfg.validate()  # before any env is built
     env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
-                   rank_seed(cfg.seed, comm.rank), cfg.env)
+                   rank_seed(cfg.seed + ENV_STREAM, comm.rank), cfg.env)
     return Trainer(cfg, env, comm)
 
 

@@ -31,8 +31,9 @@ class StepCounting(Cartpole):
         super().pre_step(sim, gen)
         self.count += 1.0
 
-    def eval_metrics(self, sim):
-        return {"step_index": self.count.clone()}
+    def eval_metrics(self, sim):  # and an event metric, defined on the first step only
+        return {"step_index": self.count.clone(),
+                "first_step": torch.where(self.count == 1, 1.0, torch.nan)}
 
 
 def test_the_last_sample_of_every_episode_is_its_own():
@@ -48,3 +49,7 @@ def test_the_last_sample_of_every_episode_is_its_own():
     assert 1 < out["mean_length"] < env.max_episode_steps  # some fell, some timed out
     # the mean of 1..L is (L + 1) / 2 for every episode, so over episodes too
     assert out["step_index"] == pytest.approx((out["mean_length"] + 1) / 2, rel=1e-6)
+    # the second half is of the steps played, not of the steps the metric is defined on:
+    # an event on the first step is in no episode's second half (every episode is longer)
+    assert out["first_step"] == 1.0 and out["first_step_second_half"] is None
+    assert out["step_index_second_half"] > out["step_index"]

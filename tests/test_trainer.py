@@ -150,6 +150,10 @@ def test_action_noise_comes_from_the_checkpointed_generator(tmp_path):
     """Not from torch's global generator, which a GPU checkpoint would not restore."""
     trainer, run_dir = _new_run(_cfg(tmp_path, num_envs=4))
     before, noise = torch.get_rng_state(), trainer.noise_gen.get_state()
+    # its own stream: not the env's (start states, commands) nor the minibatch shuffles'
+    streams = [torch.Generator().manual_seed(trainer.env.seed).get_state(),
+               trainer.gen.get_state()]
+    assert not any(torch.equal(noise, s) for s in streams)
     trainer.collect()
     assert torch.equal(torch.get_rng_state(), before)  # the global stream is untouched
     assert not torch.equal(trainer.noise_gen.get_state(), noise)
@@ -282,6 +286,10 @@ def test_atomic_write_creates_new_file(tmp_path):
     atomic_write(target, lambda p: p.write_bytes(b"abc"))
     assert target.read_bytes() == b"abc"
     assert os.listdir(target.parent) == ["f.bin"]
+    # the mode of a file opened plainly (the umask's), not a private temporary file's 0600
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    assert target.stat().st_mode == plain.stat().st_mode
 
 
 # ---------------------------------------------------------------------- NaN guard
@@ -319,9 +327,17 @@ def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
     for i in range(MAX_CONSECUTIVE_NAN - 1):
         m = trainer.iterate()
         assert m["nan_updates"] == 2 + i
+    mid = tmp_path / "mid"  # a checkpoint inside the streak (its rate still NaN)
+    mid.mkdir()
+    save_json(mid / "config.json", dataclasses.replace(cfg, run_dir=str(mid)))
+    trainer.save(mid)
     with pytest.raises(TrainingDiverged, match=str(MAX_CONSECUTIVE_NAN)):
         trainer.iterate()
     _assert_same(trainer.ac.state_dict(), last_good, "model")  # still the last good weights
+    # resumed inside the streak, it keeps the count: it stops at the same update as the
+    # straight run, not MAX_CONSECUTIVE_NAN updates later
+    with pytest.raises(TrainingDiverged, match=str(MAX_CONSECUTIVE_NAN)):
+        resume_run(mid).iterate()
 
     s = load_checkpoint(run_dir / CHECKPOINT)
     assert s["iteration"] == 2 and _all_finite(s["model"]) and _all_finite(s["algo"])

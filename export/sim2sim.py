@@ -153,6 +153,7 @@ class PlainRunner:
         for _ in range(self.sim.substeps):
             mujoco.mj_step(self.model, d)
         self.sim.refresh()
+        task.post_step(self.sim)
         self.builder.last_action[:] = action
         self.builder.time += self.sim.control_dt
         return action

@@ -154,6 +154,11 @@ class Task(ABC, Generic[C]):
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Before physics each step: resample commands on schedule, pushes, ..."""
 
+    def post_step(self, sim: BatchedSim) -> None:
+        """After physics, before the step's observation: task state the observation reads
+        that follows the new physics state (the heading controller's yaw-rate command), so
+        that `final_obs` and, where nothing ended, `obs` see it alike."""
+
     def action_affine(self, model: mujoco.MjModel) -> tuple[list[float], list[float]]:
         """Per-actuator (scale, offset): ctrl = offset + scale * action. The export writes
         exactly these numbers, so the robot maps actions as training did. Default: identity."""

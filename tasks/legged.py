@@ -8,7 +8,8 @@ The robot is data (`LeggedRobot`, tasks/legged_robot.py); a robot's task is a on
 subclass naming it, registered with `config_for(robot)` (see tasks/go2.py).
 
 Step order (tasks/env.py): pre_step (timers: command resampling, pushes; joint velocity
-snapshot) -> action_to_ctrl (latency) -> physics -> observation -> reward (which also
+snapshot) -> action_to_ctrl (latency) -> physics -> post_step (heading commands: the
+yaw-rate command follows the new yaw) -> observation -> reward (which also
 advances the per-step histories: last action, feet air time) -> terminated -> on_reset for
 ended envs. Every per-env clock is a tensor; nothing here reads a tensor on the host.
 """
@@ -264,13 +265,17 @@ class LeggedVelocity(Task[LeggedConfig]):
         if c.push:
             self._push(sim, gen)
 
+    def post_step(self, sim: BatchedSim) -> None:
+        if self._heading is not None:  # every moving env steers from its yaw after physics
+            self._heading.steer(loco.yaw_of(sim.qpos[:, 3:7]), self.command)
+
     def _steer(self, sim: BatchedSim, new: Tensor, cmd: Tensor, gen: torch.Generator) -> None:
-        """heading_command: rows `new` [N] (given `cmd` [N, 3]) draw a target heading, and
-        every moving env's yaw-rate command steers to its own."""
+        """heading_command: rows `new` [N] (given `cmd` [N, 3]) draw a target heading and,
+        if moving, steer to it from the yaw now (the others steer in post_step)."""
         if self._heading is not None:
             yaw = loco.yaw_of(sim.qpos[:, 3:7])  # the free base joint's quaternion
             self._heading.draw(yaw, new, cmd, gen)
-            self._heading.steer(yaw, self.command)
+            self._heading.steer(yaw, self.command, new)
 
     def _push(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Kick due envs: add U(-v, v) to the base's world-frame x/y velocity."""

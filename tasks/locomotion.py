@@ -70,10 +70,12 @@ class HeadingSteer:
         self.target.copy_(torch.where(new, yaw + self.spread * u, self.target))
         self.moving.copy_(torch.where(new, cmd.ne(0).any(-1), self.moving))
 
-    def steer(self, yaw: Tensor, command: Tensor) -> None:
-        """Set the yaw-rate column of `command` [N, 3] in place for moving envs."""
+    def steer(self, yaw: Tensor, command: Tensor, rows: Tensor | None = None) -> None:
+        """Set the yaw-rate column of `command` [N, 3] in place for moving envs (those among
+        `rows` [N] bool, if given)."""
         rate = heading_yaw_rate(self.target, yaw, self.stiffness, *self.limits)
-        command[:, 2] = torch.where(self.moving, rate, command[:, 2])
+        moving = self.moving if rows is None else self.moving & rows
+        command[:, 2] = torch.where(moving, rate, command[:, 2])
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"heading_target": self.target.clone(), "heading_moving": self.moving.clone()}

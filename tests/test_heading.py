@@ -74,6 +74,29 @@ def test_env_steers_from_the_simulated_bases_yaw():
     assert torch.allclose(task.command[:, 2], before - 0.25 * turn, atol=0.03)
 
 
+def test_the_observed_command_steers_from_the_yaw_the_step_reached():
+    """The yaw-rate command in a step's observation, in `final_obs` as in `obs`, is the
+    steering law at the yaw the physics reached: catches steering after `final_obs` is
+    observed (it then showed the previous step's command) or from the yaw before it."""
+    env = _env(n=16, standing_fraction=0.0, resample_seconds=0.1, episode_seconds=0.5,
+               heading_stiffness=1.0)
+    env.reset()
+    task, gen = env.task, torch.Generator().manual_seed(1)
+    slot = next(s for s in env.policy_layout.to_json() if s["name"] == "command")
+    col, scale = slot["start"] + 2, slot["scale"]  # the yaw-rate command
+    ended = 0
+    for _ in range(40):
+        r = env.step(2 * torch.rand(env.num_envs, env.action_dim, generator=gen) - 1)
+        done = r.terminated | r.truncated
+        ended += int(done.sum())
+        want = loco.heading_yaw_rate(task._heading.target, loco.yaw_of(env.sim.qpos[:, 3:7]),
+                                     1.0, *task._heading.limits)
+        assert torch.allclose(r.obs.policy[:, col], scale * want, atol=1e-6)
+        assert torch.equal(r.final_obs.policy[~done], r.obs.policy[~done])
+        assert torch.equal(r.final_obs.critic[~done], r.obs.critic[~done])
+    assert ended > 0  # resets, and commands drawn mid-episode, happened on the way
+
+
 def _mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.zeros(4)
     mujoco.mju_mulQuat(out, a, b)

@@ -82,9 +82,10 @@ class GaitTracker:
         self.cand_prev_xy = torch.where(begins[..., None], self.last_xy, self.cand_prev_xy)
         self.cand_xy = torch.where(begins[..., None], xy, self.cand_xy)
         self.cand_peak = torch.where(begins, z, torch.maximum(self.cand_peak, z))
-        self.pending = torch.where(differs, self.pending + 1, 0)
-        settled = self.pending >= self.settle_steps
         known = ~self.fresh[:, None]  # an episode's first step only sets the contacts
+        # (a change against the last episode's contacts is no change: it starts no count)
+        self.pending = torch.where(differs & known, self.pending + 1, 0)
+        settled = self.pending >= self.settle_steps
         down = settled & raw & known  # touchdowns [N, F], as of cand_time
         up = settled & ~raw & known  # lift-offs
         contact = torch.where(settled | ~known, raw, self.contact)  # the debounced state

@@ -272,6 +272,12 @@ def test_one_step_contact_blips_are_neither_swings_nor_stances():
     blips[((t - offset) % period) == stance + 9, 1] = True  # foot 1: mid-swing
     clean = _means(contact, pos)
     assert _means(blips, pos) == clean
+    # a blip on an episode's second step: the first step's contacts differ from the last
+    # episode's (a new tracker's: none down), which must start no count toward settling
+    early = contact.clone()
+    assert early[:3, 0].all()  # foot 0 stands through the first steps
+    early[1, 0] = False
+    assert _means(early, pos) == clean
     raw = _means(blips, pos, settle_steps=1)
     assert raw["gait/swing_height"] < 0.8 * clean["gait/swing_height"]
     assert abs(raw["gait/phase_offset"] - clean["gait/phase_offset"]) > 0.02

@@ -16,10 +16,12 @@ import pytest
 from contract_edit import edited_export
 
 from trot.export.contract import build_contract
-from trot.export.onnx import OPSET
+from trot.export.onnx import OPSET, ExportError, check_written_model
 from trot.export.runner import ContractError, OnnxPolicy, check_model
 from trot.export.sim2sim import PlainRunner
-from trot.tasks.registry import get_task, make_env
+from trot.sim import make_sim
+from trot.tasks.env import Env
+from trot.tasks.registry import compile_model, get_task, make_env
 
 WALKER = Path(__file__).parent / "data" / "go1_walker"
 REMAKE = "regenerate it: bash tests/data/make_go1_walker.sh"
@@ -61,6 +63,37 @@ def test_committed_walker_is_what_the_exporter_writes_today(policy):
     check_model(fresh, policy.model)
     assert any(abs(x) > 0.5 for x in c["action_offset"])  # the home pose, not zeros
     assert c["home_keyframe"] == "home"
+
+
+class FineGo1(get_task("go1-flat").task_cls):
+    """go1-flat with numbers of more digits than model.xml keeps (MuJoCo's XML writer
+    rounds to 6 significant ones): a gain, a control range and the home pose, as a user's
+    robot or a range in degrees converted to radians has them."""
+
+    def build(self) -> mujoco.MjSpec:
+        spec = super().build()
+        a = spec.actuators[0]
+        a.gainprm[0], a.biasprm[1] = 35.123456789, -35.123456789
+        a.ctrlrange = [-0.86312345678, 0.86312345678]
+        spec.keys[0].qpos[8] = 0.912345678
+        return spec
+
+
+def test_numbers_beyond_the_xmls_digits_pass_the_export_check():
+    """The contract is built from the training model, model.xml is its 6-digit round trip:
+    the export's own load check must take one for the other (it refused them), and still
+    refuse a number off by far more than the rounding."""
+    cfg = get_task("go1-flat").config
+    task = FineGo1(cfg)
+    env = Env("go1-flat", task, make_sim("cpu", compile_model(task), 1, cfg.substeps, "cpu"), 0)
+    spec = task.build()
+    xml = spec.to_xml()
+    assert "35.1235" in xml and "35.123456789" not in xml  # the writer's rounding, today
+    contract = build_contract(env, cfg, 0, OPSET, "", {})
+    check_written_model(contract, xml, {})
+    contract["actions"][0]["kp"] = 35.13  # 2e-4 relative: another model's gain
+    with pytest.raises(ExportError, match=re.escape("actions[0].kp")):
+        check_written_model(contract, xml, {})
 
 
 def _tampered(d: Path, edit) -> Path:

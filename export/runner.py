@@ -106,7 +106,7 @@ def check_model(c: dict, model) -> None:
                     f"actuator {i} ({exp['name']!r}, joint {exp['joint']!r}) has {value!r}; "
                     "the contract and the model must come from one export")
     _check_home(c, model, want)
-    _check_layout(c, model)
+    check_layout(c, model)
 
 
 def _check_timing(c: dict, model) -> None:
@@ -152,7 +152,7 @@ def robot_kind(name: str, where: str):
     return kind
 
 
-def _check_layout(c: dict, model) -> None:
+def check_layout(c: dict, model) -> None:
     """Slots back to back from 0 to obs_dim, an offset per value, kinds a robot measures,
     and each term as wide as its source (its kind's size in KINDS, from the json source)."""
     import mujoco
@@ -180,6 +180,9 @@ def _check_layout(c: dict, model) -> None:
         if size != term["size"]:
             raise ContractError(f"{where} has size {term['size']} but its source gives "
                                 f"{size} values (model.xml, command_dim, action_dim)")
+        if kind.extent and not 0 <= as_term.start < as_term.stop <= kind.extent(model):
+            raise ContractError(f"{where}: {src['kind']}[{as_term.start}:{as_term.stop}] is "
+                                f"not within model.xml's {kind.extent(model)} values")
         if "points" in src and not np.allclose(src["points"], kind.to_json(as_term)["points"]):
             raise ContractError(f"{where}: its scan points are not those of its grid "
                                 f"{src['grid']} (trot/heightfield.py scan_offsets)")
@@ -261,8 +264,13 @@ class OnnxPolicy:
         feeds the zero recurrent state, the contract's reset rules."""
         if rows is None or self._frames is None:
             self._frames, self._state, self._fresh = None, {}, None
-        else:
-            self._fresh[np.asarray(rows)] = True
+            return
+        r = np.asarray(rows)
+        if r.size == 0:  # nothing ended (np.asarray([]) is a float array: no index)
+            return
+        if r.dtype != bool and not np.issubdtype(r.dtype, np.integer):
+            raise TypeError(f"reset rows must be a bool mask or integer indices, got {r.dtype}")
+        self._fresh[r] = True
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """The action for this control step's observation [obs_dim] (one robot) or
@@ -275,6 +283,10 @@ class OnnxPolicy:
             raise ValueError(f"observation must have shape [{self.obs_dim}] or "
                              f"[batch, {self.obs_dim}], got {list(x.shape)}")
         batch = np.ascontiguousarray(x.reshape(-1, self.obs_dim), dtype=np.float32)
+        if not np.isfinite(batch).all():  # refused before it reaches the memory
+            bad = np.argwhere(~np.isfinite(batch))[:, -1]
+            raise ValueError(f"observation has NaN or Inf values at {sorted(set(bad.tolist()))}"
+                             "; ObservationBuilder.build reads them as 0, as training does")
         if not self.has_memory:
             action = self.session.run(["action"], {"obs": batch})[0]
             return action[0] if x.ndim == 1 else action
@@ -369,9 +381,12 @@ class ObservationBuilder:
         return kind.robot(self, term["source"], data)
 
     def build(self, data) -> np.ndarray:
+        """The observation from `data`; a non-finite raw value (a sensor fault) reads as 0,
+        as a diverged env's does in training (tasks/observation.py build_obs)."""
         obs = np.empty(self.dim, dtype=np.float64)
         for term in self.layout:
-            raw = self.raw(term, data)
+            raw = np.nan_to_num(np.asarray(self.raw(term, data), dtype=np.float64),
+                                nan=0.0, posinf=0.0, neginf=0.0)
             if "clip" in term["source"]:
                 raw = np.clip(raw, *term["source"]["clip"])
             x = (raw - np.asarray(term["offset"])) * term["scale"]

@@ -160,10 +160,10 @@ class Env:
             if key not in sources:
                 sources[key] = kind.source(self, t)
             size = sources[key][0]
-            if kind.named_field and not 0 <= t.start < t.stop <= size:
+            if (kind.named_field or kind.extent) and not 0 <= t.start < t.stop <= size:
                 raise ValueError(f"observation term {t.name!r}: [start, stop) = "
                                  f"[{t.start}, {t.stop}) is not within the {size} values "
-                                 f"of {t.field!r}")
+                                 f"of {t.field if kind.named_field else t.kind!r}")
         sizes = {k: size for k, (size, _) in sources.items()}
         cols = pool_columns(sizes)
         self._pool_parts = [get for _, get in sources.values()]

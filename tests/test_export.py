@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -259,6 +260,26 @@ def test_bad_observations(small_run):
             p.act(np.zeros(n, dtype=dtype))
     with pytest.raises(TypeError):
         p.act([0] * n)  # a list of ints is int64 too
+
+
+def test_non_finite_observations(small_run):
+    """act refuses NaN and Inf (they would reach a policy's memory for good); the builder
+    reads a faulty sensor as 0, as training's build_obs reads a diverged env's values."""
+    p = OnnxPolicy(small_run)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = np.zeros((2, p.obs_dim), np.float32)
+        x[1, 1] = bad
+        with pytest.raises(ValueError, match=re.escape("NaN or Inf values at [1]")):
+            p.act(x)
+    builder = ObservationBuilder(p.contract, p.model)
+    data = mujoco.MjData(p.model)
+    mujoco.mj_forward(p.model, data)
+    assert p.model.nsensordata > 0 and any(t["source"]["kind"] == "sensor"
+                                           for t in p.contract["observation"])
+    data.sensordata[:] = np.nan
+    faulty = builder.build(data)
+    data.sensordata[:] = 0.0
+    assert np.array_equal(faulty, builder.build(data))
 
 
 def test_failed_parity_writes_nothing(small_run, tmp_path, monkeypatch):

@@ -222,16 +222,20 @@ def test_runner_and_torch_agree_across_resets(variant, tmp_path):
     g = torch.Generator().manual_seed(0)
     frames = torch.randn(40, 16, run.env.frame_dim, generator=g)
     window = frames[0].repeat(1, hist)
+    empty = 0
     for t in range(40):
         restart = torch.rand(16, generator=g) < 0.1 if t else torch.ones(16, dtype=torch.bool)
-        if t:
+        if t:  # the rows as a bool mask, or as a list of indices (empty where none ended)
             acting.ended(restart)
-            policy.reset(restart.numpy())
+            rows = np.flatnonzero(restart.numpy()).tolist()
+            policy.reset(restart.numpy() if t % 2 else rows)
+            empty += t % 2 == 0 and not rows
         shifted = torch.cat([window[:, run.env.frame_dim:], frames[t]], 1)
         window = torch.where(restart[:, None], frames[t].repeat(1, hist), shifted)
         want = acting(window).numpy()
         got = policy.act(frames[t].numpy())
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"step {t}")
+    assert empty  # reset([]) was called, and changed nothing
     one = OnnxPolicy(run_dir)  # a single robot: [obs_dim] in, [action_dim] out
     assert one.act(frames[0, 0].numpy()).shape == (c["action_dim"],)
     with pytest.raises(ValueError, match="reset"):

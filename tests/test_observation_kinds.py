@@ -5,12 +5,15 @@ privileged kinds are refused on the robot, naming the kinds it accepts."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import mujoco
 import numpy as np
 import pytest
 import torch
 
-from trot.export.runner import ContractError, ObservationBuilder
+from trot.export.runner import ContractError, ObservationBuilder, check_layout
 from trot.observation_kinds import KINDS
 from trot.tasks.cartpole import BALANCE, Cartpole
 from trot.tasks.env import Env
@@ -133,3 +136,35 @@ def test_robot_refuses_privileged_kinds(kind):
     with pytest.raises(ContractError, match=f"{kind!r}, which no robot measures; accepted: "
                                             "sensor, qpos, qvel, command, last_action"):
         builder.build(mujoco.MjData(env.sim.model))
+
+
+SLICED = [k for k, v in KINDS.items() if v.named_field or v.extent]
+
+
+@pytest.mark.parametrize("kind", SLICED)
+def test_a_slice_past_its_block_is_refused(kind):
+    """A [start, stop) term reaching past its block: the env read the next block's values
+    (sensors after qpos) without a word, and a robot failed to broadcast."""
+    class Past(EveryKind):
+        def critic_terms(self):
+            return tuple(dataclasses.replace(t, start=t.start + 1000, stop=t.stop + 1000)
+                         if t.kind == kind else t for t in super().critic_terms())
+
+    task = Past(BALANCE)
+    name = next(t.name for t in task.critic_terms() if t.kind == kind)
+    sim = make_sim("cpu", task.build().compile(), 2, BALANCE.substeps, fields=task.data_fields)
+    with pytest.raises(ValueError, match=re.escape(f"observation term {name!r}: [start, stop)")):
+        Env("past", task, sim, seed=0)
+
+
+@pytest.mark.parametrize("kind", [k for k in SLICED if KINDS[k].robot is not None])
+def test_a_contract_slice_past_the_models_state_is_refused(kind):
+    env = _env()
+    contract = {"observation": env.policy_layout.to_json(), "obs_dim": env.obs_dim,
+                "command_dim": 2, "action_dim": env.action_dim}
+    check_layout(contract, env.sim.model)  # as trained: accepted
+    k = next(i for i, t in enumerate(contract["observation"]) if t["source"]["kind"] == kind)
+    src = contract["observation"][k]["source"]
+    src["start"], src["stop"] = src["start"] + 1000, src["stop"] + 1000
+    with pytest.raises(ContractError, match=re.escape(f"observation[{k}]") + ".*not within"):
+        check_layout(contract, env.sim.model)

@@ -51,6 +51,9 @@ class Kind:
     """the term names an MjData field or a per-env model parameter (ObsTerm.field)"""
     clippable: bool = False
     """the term may clamp its raw values (ObsTerm.clip)"""
+    extent: Callable[[Any], int] | None = None
+    """a [start, stop) slice of the state: the state's width on a model (nq, nv), which the
+    slice must lie within"""
 
 
 Perm = tuple[list[int], list[float]]
@@ -206,12 +209,14 @@ def _mirror_q(name: str) -> Callable[[Any, int, MirrorContext], Perm]:
 
 def _qslice(name: str) -> Kind:
     """qpos / qvel: a slice of the generalized coordinates or velocities."""
+    def extent(m) -> int:
+        return int(m.nq if name == "qpos" else m.nv)
+
     return Kind(name, size=lambda t, s: t.stop - t.start, pool=lambda t: name,
-                source=lambda env, t: (getattr(env.sim.model, "nq" if name == "qpos" else "nv"),
-                                       lambda: getattr(env.sim, name)),
+                source=lambda env, t: (extent(env.sim.model), lambda: getattr(env.sim, name)),
                 columns=_sliced, to_json=lambda t: {"start": t.start, "stop": t.stop},
                 robot=lambda b, src, data: getattr(data, name)[src["start"]:src["stop"]],
-                mirror=_mirror_q(name))
+                mirror=_mirror_q(name), extent=extent)
 
 
 def _vector(name: str, width: Callable[[Sizes], int], env_read: Callable[[Any], Any],

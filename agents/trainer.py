@@ -354,6 +354,25 @@ def run_config(run_dir: Path) -> TrainConfig:
     return load_json(path)
 
 
+def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
+                 minutes: float | None, write: bool = True) -> TrainConfig:
+    """The resumed run's config with new budgets (None: kept), saved to its config.json
+    (`write`: on rank 0) so that a later plain --resume keeps them. A budget the run has
+    already spent is refused: it would stop at once."""
+    if max_env_steps is not None and max_env_steps <= trainer.env_steps:
+        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
+                         f"{trainer.env_steps} env steps {run_dir} has done")
+    if minutes is not None and minutes * 60 <= trainer.wall_s:
+        raise ValueError(f"--minutes {minutes} is not above the {trainer.wall_s / 60:.1f} "
+                         f"minutes {run_dir} has trained")
+    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
+               if v is not None}
+    if changes and write:
+        save_json(Path(run_dir) / "config.json",
+                  dataclasses.replace(run_config(run_dir), **changes))
+    return dataclasses.replace(trainer.cfg, **changes)
+
+
 def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:
     """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""

@@ -116,6 +116,12 @@ def test_train_eval_resume_round_trip(tmp_path, capsys):
     assert len(rows) == 16
     assert [int(float(r["iteration"])) for r in rows] == list(range(1, 17))
     assert load_checkpoint(d / CKPT)["env_steps"] == 4096
+    # the raised budget is the run's now: a plain resume keeps it, and one already spent
+    # is refused (it would stop at once)
+    assert json.loads((d / "config.json").read_text())["max_env_steps"] == 4000
+    assert main(["train", "--resume", str(d), "--max-env-steps", "3000"]) != 0
+    err = capsys.readouterr().err
+    assert "trot: error: --max-env-steps 3000 is not above the 4096 env steps" in err
 
 
 def test_eval_missing_run_dir_fails_clearly(tmp_path, capsys):

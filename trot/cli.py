@@ -40,9 +40,9 @@ class ResumeArgs:
     resume: str
     """run directory to continue"""
     max_env_steps: int | None = None
-    """raise the run's step budget (default: keep it)"""
+    """raise the run's step budget, kept in its config.json (default: keep it)"""
     minutes: float | None = None
-    """raise the run's wall-clock budget (default: keep it)"""
+    """raise the run's wall-clock budget, kept in its config.json (default: keep it)"""
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def cmd_train(args: list[str]) -> int:
 
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.distributed import DistributedError, init_from_env, shutdown
-    from trot.agents.trainer import resume_run, run_config, start_run
+    from trot.agents.trainer import raise_budget, resume_run, run_config, start_run
 
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
@@ -136,9 +136,8 @@ def cmd_train(args: list[str]) -> int:
         comm, device = init_from_env(cfg.device, cfg.dist_timeout)
         if resume:
             trainer, run_dir = resume_run(Path(resume.resume), comm, device), Path(resume.resume)
-            trainer.cfg = dataclasses.replace(
-                trainer.cfg, **{k: v for k, v in (("max_env_steps", resume.max_env_steps),
-                                                  ("minutes", resume.minutes)) if v is not None})
+            trainer.cfg = raise_budget(run_dir, trainer, resume.max_env_steps, resume.minutes,
+                                       write=comm.is_main)
             msg = f"resuming {run_dir} at iteration {trainer.iteration}"
         else:
             cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)

@@ -130,7 +130,10 @@ def from_json(d: dict[str, Any], run_dir: Path | None = None) -> TrainConfig:
 
 
 def save_json(path: Path, cfg: TrainConfig) -> None:
-    path.write_text(json.dumps(to_json(cfg), indent=2, sort_keys=True))
+    from trot.agents.checkpoint import atomic_write  # torch: only when a run is written
+
+    text = json.dumps(to_json(cfg), indent=2, sort_keys=True)
+    atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 
 
 def load_json(path: Path) -> TrainConfig:

@@ -265,10 +265,14 @@ class Trainer:
                               flush=True)
                     if self.iteration % self.cfg.checkpoint_every == 0:
                         self.save(run_dir)
+                # still under the handlers: a Ctrl-C now is noted, not a lost last save
+                if logger is not None:
+                    logger, closing = None, logger
+                    closing.close()
+                self.save(run_dir)
         finally:
-            if logger is not None:
+            if logger is not None:  # an error above: keep what was logged
                 logger.close()
-        self.save(run_dir)
         if stop.requested and main:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)

@@ -392,3 +392,29 @@ def test_metrics_csv_gains_columns_that_appear_later(tmp_path):
     assert [r["reward/lin_vel"] for r in rows] == ["", "0.25", ""]
     assert float(rows[1]["episode_return"]) == 5.0
     log.close()
+
+
+def test_a_signal_as_the_run_finishes_keeps_its_last_checkpoint(tmp_path, monkeypatch):
+    """Ctrl-C while the finished run closes its logs: the handlers were gone by then, so
+    KeyboardInterrupt skipped the final save (the checkpoint stayed iterations behind the
+    metrics)."""
+    import signal
+
+    from trot.agents.logger import RunLogger
+
+    cfg = dataclasses.replace(_cfg(tmp_path), max_env_steps=3 * 32 * 8, checkpoint_every=100)
+    trainer, run_dir = _new_run(cfg)
+    close = RunLogger.close
+
+    def interrupted(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        close(self)
+
+    monkeypatch.setattr(RunLogger, "close", interrupted)
+    try:
+        trainer.train(run_dir, quiet=True)
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C escaped the run's handlers: its final save was skipped")
+    assert trainer.iteration == 3
+    assert load_checkpoint(run_dir / CHECKPOINT)["iteration"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -133,7 +133,10 @@ def _row_iteration(row: dict[str, str]) -> int | None:
 
 
 def _cell(v: float | None) -> str:
-    return "" if v is None else f"{v:.6g}"
+    """Counts (int: env steps, iterations) exactly; measurements to 6 digits."""
+    if v is None:
+        return ""
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) else f"{v:.6g}"
 
 
 def progress_line(m: dict[str, float], max_steps: float, deadline_s: float) -> str:

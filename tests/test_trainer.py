@@ -385,10 +385,11 @@ def test_metrics_csv_gains_columns_that_appear_later(tmp_path):
     base = {"iteration": 1, "env_steps": 100, "wall_s": 1.0, "steps_per_s": 100.0}
     log.log(base)
     log.log(base | {"iteration": 2, "episode_return": 5.0, "reward/lin_vel": 0.25})
-    log.log(base | {"iteration": 3})
+    log.log(base | {"iteration": 3, "env_steps": 1_006_992})  # 7 digits: kept exactly
     with open(tmp_path / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["iteration"] for r in rows] == ["1", "2", "3"]
+    assert rows[2]["env_steps"] == "1006992"
     assert [r["reward/lin_vel"] for r in rows] == ["", "0.25", ""]
     assert float(rows[1]["episode_return"]) == 5.0
     log.close()

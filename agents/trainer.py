@@ -336,14 +336,26 @@ def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
 
 
 def new_run_dir(cfg: TrainConfig) -> Path:
+    """cfg.run_dir, which must not hold a run yet (its TensorBoard events and checkpoint
+    would mix with the new run's), or runs/<task>/<time>, -2, -3 ... where two runs start
+    within one second."""
     if cfg.run_dir:
-        return Path(cfg.run_dir)
-    return Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
+        d = Path(cfg.run_dir)
+        if (d / "config.json").exists():
+            raise ValueError(f"{d} already holds a run: continue it with `trot train "
+                             f"--resume {d}`, or give another --run-dir")
+        return d
+    base = Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
+    d, k = base, 1
+    while d.exists():
+        k += 1
+        d = base.with_name(f"{base.name}-{k}")
+    return d
 
 
 def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path]:
-    trainer = build(cfg, comm)
     run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
+    trainer = build(cfg, comm)
     if comm.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_json(run_dir / "config.json", cfg)

@@ -122,6 +122,11 @@ def test_train_eval_resume_round_trip(tmp_path, capsys):
     assert main(["train", "--resume", str(d), "--max-env-steps", "3000"]) != 0
     err = capsys.readouterr().err
     assert "trot: error: --max-env-steps 3000 is not above the 4096 env steps" in err
+    # a new run in this directory would mix its TensorBoard events with this one's
+    assert main(["train", TASK, "--run-dir", str(d), "--max-env-steps", "100"]) != 0
+    err = capsys.readouterr().err
+    assert f"trot: error: {d} already holds a run: continue it with `trot train --resume" in err
+    assert load_checkpoint(d / CKPT)["env_steps"] == 4096  # untouched
 
 
 def test_eval_missing_run_dir_fails_clearly(tmp_path, capsys):

@@ -15,6 +15,7 @@ def launch_torchrun(nproc: int, args: list[str]) -> int:
     copied to this console as they grow, so a failed rank's last lines can be reported."""
     import tempfile
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
@@ -32,6 +33,8 @@ def launch_torchrun(nproc: int, args: list[str]) -> int:
             print(f"trot: error: distributed training failed: "
                   f"{_failure_report(e, Path(log_dir))}", file=sys.stderr)
             return 2
+        except SignalException:  # Ctrl-C / SIGTERM: torchrun passed it on to the workers,
+            return 0  # which checkpointed and printed how to resume, as one process does
     return 0
 
 

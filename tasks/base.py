@@ -8,7 +8,7 @@ so a task file holds only what is specific to the task.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Generic, TypeVar
 
 import mujoco
@@ -72,12 +72,27 @@ class TaskConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TaskConfig":
         """Rebuild from JSON (lists back to tuples); unknown fields are an error."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields {unknown}; accepted: "
-                             f"{', '.join(sorted(names))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        return from_fields(cls, d)
+
+
+T = TypeVar("T")
+
+
+def from_fields(cls: type[T], d: dict) -> T:
+    """A config dataclass from its JSON fields (lists back to tuples). Unknown or missing
+    fields are a ValueError naming them and what is accepted, not a TypeError."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__} must be a JSON object, got {type(d).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {unknown}; accepted: "
+                         f"{', '.join(sorted(names))}")
+    required = {f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING}
+    if required - set(d):
+        raise ValueError(f"{cls.__name__} lacks the fields {sorted(required - set(d))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 @dataclass

@@ -197,3 +197,27 @@ def test_train_says_when_the_export_extra_is_missing(tmp_path, capsys, monkeypat
     assert "not exported" in err and "onnxruntime" in err
     assert "pip install 'trot[export]'" in err and f"trot export {d}" in err
     assert (d / CKPT).is_file() and not (d / "policy.onnx").exists()
+
+
+def test_a_config_json_trot_cannot_read_is_named(tmp_path, capsys):
+    """A run's config.json with a field this trot does not know (from a newer trot, or
+    edited), without its task, or not JSON: every command that reads it says so, naming
+    the file (it raised a TypeError or a bare KeyError traceback)."""
+    d = tmp_path / "run"
+    assert _run(["train", TASK, "--num-envs", "8", "--max-env-steps", "64", "--run-dir",
+                 str(d), "--agent.rollout-steps", "8", "--no-export"]) == 0
+    good = json.loads((d / "config.json").read_text())
+    bad = {"an unknown field": good | {"future_field": 1},
+           "an unknown agent field": good | {"agent": good["agent"] | {"future": 2}},
+           "no task": {k: v for k, v in good.items() if k != "task"},
+           "not JSON": "{",
+           "a list": []}
+    for what, content in bad.items():
+        text = content if isinstance(content, str) else json.dumps(content)
+        (d / "config.json").write_text(text)
+        capsys.readouterr()
+        for cmd in (["eval", str(d), "--episodes", "2"], ["train", "--resume", str(d)]):
+            assert _run(cmd) == 2, (what, cmd)
+            err = capsys.readouterr().err
+            assert err.startswith("trot: error:") and "config.json" in err, (what, cmd, err)
+            assert "Traceback" not in err

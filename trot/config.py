@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trot.agents.config import PPOConfig
-from trot.tasks.base import TaskConfig
+from trot.tasks.base import TaskConfig, from_fields
 
 ALGOS = ("ppo", "a2c")
 
@@ -115,18 +115,18 @@ def from_json(d: dict[str, Any], run_dir: Path | None = None) -> TrainConfig:
     from trot.tasks.registry import get_task, is_registered
     from trot.tasks.sources import load_recorded
 
+    if not isinstance(d, dict) or not isinstance(d.get("task"), str):
+        raise ValueError("a run's config must be a JSON object with its task name ('task')")
     d = dict(d)
     d.pop("env_type", None)
     record = d.pop("task_source", None)
     if not is_registered(d["task"]):
         load_recorded(record, run_dir or Path("."))
     entry = get_task(d["task"])
-    agent = d.pop("agent")
-    agent["actor_hidden"] = tuple(agent["actor_hidden"])
-    agent["critic_hidden"] = tuple(agent["critic_hidden"])
-    env_fields = d.pop("env")
+    agent = from_fields(PPOConfig, d.pop("agent", {}))
+    env_fields = d.pop("env", None)
     env = None if env_fields is None else type(entry.config).from_dict(env_fields)
-    return TrainConfig(**d, agent=PPOConfig(**agent), env=env)
+    return from_fields(TrainConfig, d | {"agent": agent, "env": env})
 
 
 def save_json(path: Path, cfg: TrainConfig) -> None:
@@ -137,4 +137,11 @@ def save_json(path: Path, cfg: TrainConfig) -> None:
 
 
 def load_json(path: Path) -> TrainConfig:
-    return from_json(json.loads(path.read_text()), Path(path).parent)
+    """The TrainConfig in a run's config.json; a file that is not one is a ValueError
+    naming it."""
+    try:
+        return from_json(json.loads(Path(path).read_text()), Path(path).parent)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

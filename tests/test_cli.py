@@ -221,3 +221,20 @@ def test_a_config_json_trot_cannot_read_is_named(tmp_path, capsys):
             err = capsys.readouterr().err
             assert err.startswith("trot: error:") and "config.json" in err, (what, cmd, err)
             assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("cmd, arg, flag", [("eval", "RUN_DIR", "--episodes"),
+                                            ("export", "RUN_DIR", "--out"),
+                                            ("sim2sim", "RUN_DIR", "--trajectory"),
+                                            ("play", "RUN_DIR", "--camera"),
+                                            ("sim-bench", "TASK", "--steps")])
+def test_subcommand_help_and_usage_list_every_flag(cmd, arg, flag, capsys):
+    """`trot CMD --help` is help (it was a usage error, exit 2), and a missing argument's
+    usage names every flag (it left most out)."""
+    with pytest.raises(SystemExit) as e:
+        main([cmd, "--help"])
+    assert e.value.code == 0
+    assert f"usage: trot {cmd} {arg}" in capsys.readouterr().out
+    assert main([cmd]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trot: error: usage: trot {cmd} {arg} ") and flag in err

@@ -21,6 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tyro
 
@@ -65,6 +66,17 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def parse_positional(cls: type, args: list[str], prog: str) -> tuple[str, Any]:
+    """(args[0], `cls` parsed from the rest) for `prog` = "trot CMD ARG": `--help` prints
+    cls's flags (and exits 0); a missing ARG is a ValueError giving the usage."""
+    if args and args[0] in ("-h", "--help"):
+        tyro.cli(cls, args=["--help"], prog=prog)
+    if not args or args[0].startswith("-"):
+        flags = " ".join(f"[--{f.name.replace('_', '-')}]" for f in dataclasses.fields(cls))
+        raise ValueError(f"usage: {prog} {flags} (--help: what each does)")
+    return args[0], tyro.cli(cls, args=args[1:], prog=prog)
+
+
 def cmd_list(_args: list[str]) -> int:
     from trot.tasks.registry import get_task, task_names
 
@@ -81,13 +93,11 @@ def cmd_sim_bench(args: list[str]) -> int:
     import trot
     from trot.bench import env_loop, sim_only
 
-    if not args or args[0].startswith("-"):
-        return _fail("usage: trot sim-bench TASK [--num-envs N] [--steps S]")
-    a = tyro.cli(SimBenchArgs, args=args[1:], prog="trot sim-bench TASK")
+    task, a = parse_positional(SimBenchArgs, args, "trot sim-bench TASK")
     torch.set_num_threads(1)  # the cores belong to MuJoCo's threads
-    env = trot.make_env(args[0], num_envs=a.num_envs)
+    env = trot.make_env(task, num_envs=a.num_envs)
     sim, loop = sim_only(env, a.steps), env_loop(env, a.steps)
-    print(f"{args[0]}: N={a.num_envs}, substeps={env.sim.substeps}, "
+    print(f"{task}: N={a.num_envs}, substeps={env.sim.substeps}, "
           f"threads={getattr(env.sim, 'nthread', '-')}")
     print(f"  physics only : {sim:>12,.0f} physics steps/s")
     print(f"  env loop     : {loop:>12,.0f} physics steps/s "
@@ -196,11 +206,9 @@ def cmd_eval(args: list[str]) -> int:
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.evaluate import evaluate
 
-    if not args or args[0].startswith("-"):
-        return _fail("usage: trot eval RUN_DIR [--episodes K] [--json]")
-    a = tyro.cli(EvalArgs, args=args[1:], prog="trot eval RUN_DIR")
+    run_dir, a = parse_positional(EvalArgs, args, "trot eval RUN_DIR")
     try:
-        out = evaluate(Path(args[0]), a.episodes, a.seed, sim=a.sim, course=a.course)
+        out = evaluate(Path(run_dir), a.episodes, a.seed, sim=a.sim, course=a.course)
     except (ValueError, CheckpointError) as e:
         return _fail(str(e))
     _print_result(out, a.json)
@@ -230,11 +238,9 @@ class Sim2SimArgs:
 def cmd_export(args: list[str]) -> int:
     from trot.export.onnx import ExportError, export_run
 
-    if not args or args[0].startswith("-"):
-        return _fail("usage: trot export RUN_DIR [--out DIR]")
-    a = tyro.cli(ExportArgs, args=args[1:], prog="trot export RUN_DIR")
+    run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
     try:
-        export_run(Path(args[0]), None if a.out is None else Path(a.out))
+        export_run(Path(run_dir), None if a.out is None else Path(a.out))
     except ExportError as e:
         return _fail(str(e))
     return 0
@@ -243,12 +249,10 @@ def cmd_export(args: list[str]) -> int:
 def cmd_sim2sim(args: list[str]) -> int:
     from trot.export.sim2sim import run_sim2sim
 
-    if not args or args[0].startswith("-"):
-        return _fail("usage: trot sim2sim RUN_DIR [--episodes K] [--json]")
-    a = tyro.cli(Sim2SimArgs, args=args[1:], prog="trot sim2sim RUN_DIR")
+    run_dir, a = parse_positional(Sim2SimArgs, args, "trot sim2sim RUN_DIR")
     traj = None if a.trajectory is None else Path(a.trajectory)
     try:
-        out = run_sim2sim(Path(args[0]), a.episodes, a.seed, traj, a.course)
+        out = run_sim2sim(Path(run_dir), a.episodes, a.seed, traj, a.course)
     except ValueError as e:
         return _fail(str(e))
     _print_result(out, a.json)

@@ -329,15 +329,11 @@ def play(run_dir: Path, a: PlayArgs) -> dict[str, object]:
 
 
 def main(args: list[str]) -> int:
-    import tyro
+    from trot.cli import parse_positional
 
-    if not args or args[0].startswith("-"):
-        print("trot: error: usage: trot play RUN_DIR [--video OUT.mp4] [--gif OUT.gif] "
-              "[--episodes K] [--seconds S]", file=sys.stderr)
-        return 2
-    a = tyro.cli(PlayArgs, args=args[1:], prog="trot play RUN_DIR")
+    run_dir, a = parse_positional(PlayArgs, args, "trot play RUN_DIR")
     try:
-        out = play(Path(args[0]), a)
+        out = play(Path(run_dir), a)
     except RuntimeError as e:  # no GL backend or no ffmpeg: the message says what to install
         print(f"trot: error: {e}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from typing import Any
 
 from trot import __version__
 from trot.export.model_info import actuators, default_joint_pos, home_keyframe
+from trot.export.runner import HISTORY_FILL, HISTORY_ORDER, STATE_RESET
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task
 
@@ -30,10 +31,10 @@ def memory_fields(env: Env, memory: tuple[str, int] | None) -> dict[str, Any]:
     k = env.history
     names = () if memory is None else STATE_NAMES[:2 if memory[0] == "lstm" else 1]
     return {
-        "obs_history": {"length": k, "order": "oldest_first", "fill": "first_observation",
+        "obs_history": {"length": k, "order": HISTORY_ORDER, "fill": HISTORY_FILL,
                         "input_dim": k * env.frame_dim},
         "recurrent_state": [{"input": n, "output": f"{n}_out", "shape": [memory[1]],
-                             "reset": "zeros", "cell": memory[0]} for n in names],
+                             "reset": STATE_RESET, "cell": memory[0]} for n in names],
     }
 
 

@@ -18,6 +18,11 @@ def actuators(model: mujoco.MjModel) -> list[dict[str, Any]]:
     """Per actuator, in actuator order: its joint, PD gains (position servos) and limits."""
     out = []
     for i in range(model.nu):
+        if model.actuator_trntype[i] != mujoco.mjtTrn.mjTRN_JOINT:
+            raise ValueError(f"actuator {i} ({_name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i)!r})"
+                             f" drives a {mujoco.mjtTrn(model.actuator_trntype[i]).name}: the "
+                             "export maps each actuator to the joint it drives, so only joint "
+                             "transmissions are accepted")
         jid = int(model.actuator_trnid[i, 0])
         gain, bias = model.actuator_gainprm[i], model.actuator_biasprm[i]
         is_position = (model.actuator_gaintype[i] == mujoco.mjtGain.mjGAIN_FIXED

@@ -58,6 +58,8 @@ class JointMap:
 
 CONTRACT_VERSIONS = (1, 2, 3, 4)  # 4: memory and timing (obs_history, recurrent_state,
 # action_latency_steps); 3: model_files; 2: home_keyframe (1: the keyframe 'home')
+HISTORY_ORDER, HISTORY_FILL, STATE_RESET = "oldest_first", "first_observation", "zeros"
+"""the memory rules this runner implements (contract.memory_fields writes them)"""
 _REL = 2e-5
 """how far a contract number may be from model.xml's: MuJoCo's XML writer keeps 6
 significant digits (a relative rounding of at most 5e-6), and the contract holds the
@@ -219,6 +221,7 @@ class OnnxPolicy:
         c = self.contract
         check_version(c)
         self.obs_dim, self.action_dim = int(c["obs_dim"]), int(c["action_dim"])
+        _check_memory_rules(c)
         self.history = int(c.get("obs_history", {}).get("length", 1))
         self.state_spec = list(c.get("recurrent_state", []))
         _check_graph(self.session, self.history * self.obs_dim, self.action_dim,
@@ -249,6 +252,8 @@ class OnnxPolicy:
         check_model(c, self.model)
         self.scale = np.asarray(c["action_scale"], dtype=np.float64)
         self.offset = np.asarray(c["action_offset"], dtype=np.float64)
+        ranges = [a["ctrl_range"] or (-np.inf, np.inf) for a in c["actions"]]
+        self.ctrl_low, self.ctrl_high = np.asarray(ranges, dtype=np.float64).T  # [nu] each
         self.policy_joints = [a["joint"] for a in c["actions"]]
         self.joints = JointMap(self.policy_joints, robot_joints or self.policy_joints)
 
@@ -315,12 +320,32 @@ class OnnxPolicy:
         return {"obs": self._frames} | state
 
     def ctrl(self, action: np.ndarray) -> np.ndarray:
-        """Actuator commands from actions, exactly as in training (policy order)."""
-        return self.offset + self.scale * np.clip(action, -1.0, 1.0)
+        """Actuator commands from actions, exactly as in training (policy order): within
+        each actuator's ctrl_range, where MuJoCo clamped them."""
+        return np.clip(self.offset + self.scale * np.clip(action, -1.0, 1.0),
+                       self.ctrl_low, self.ctrl_high)
 
     def robot_ctrl(self, action: np.ndarray) -> np.ndarray:
         """The joint targets of `ctrl`, in the robot's joint order."""
         return self.joints.to_robot(self.ctrl(action))
+
+
+def _check_memory_rules(c: dict) -> None:
+    """A history or state rule other than those this runner implements would be misread
+    without a word: refused, naming the field."""
+    h = c.get("obs_history")
+    if h is not None:
+        for key, want in (("order", HISTORY_ORDER), ("fill", HISTORY_FILL)):
+            if h.get(key) != want:
+                raise ContractError(f"policy.json obs_history.{key} is {h.get(key)!r}; this "
+                                    f"runner implements {want!r}")
+        if h.get("input_dim") != h.get("length", 1) * c["obs_dim"]:
+            raise ContractError(f"policy.json obs_history.input_dim {h.get('input_dim')} is "
+                                f"not length {h.get('length')} x obs_dim {c['obs_dim']}")
+    for i, s in enumerate(c.get("recurrent_state", [])):
+        if s.get("reset") != STATE_RESET:
+            raise ContractError(f"policy.json recurrent_state[{i}].reset is "
+                                f"{s.get('reset')!r}; this runner implements {STATE_RESET!r}")
 
 
 def _check_graph(session, input_dim: int, action_dim: int, state: list[dict]) -> None:

@@ -149,6 +149,9 @@ RUNNER_REFUSES = {  # refused at OnnxPolicy load, by the model.xml check; key: t
     "observation[5] ('command'): scan grid (lx, ly, spacing) needs":
         lambda c: c["observation"][5]["source"].update(kind="height_scan"),
     "action_scale": lambda c: c["action_scale"].pop(),
+    "obs_history.order": lambda c: c["obs_history"].update(order="newest_first"),
+    "obs_history.fill": lambda c: c["obs_history"].update(fill="zeros"),
+    "obs_history.input_dim": lambda c: c["obs_history"].update(input_dim=47),
     "physics_dt": lambda c: c.update(physics_dt=0.002),
     "control_dt": lambda c: c.update(substeps=10),
 }
@@ -206,3 +209,37 @@ def test_sim2sim_applies_the_contracts_action_latency(tmp_path):
                 actions.append(r.step(gen))
                 sent = actions[k - latency] if k >= latency else np.zeros(12)
                 np.testing.assert_allclose(r.data.ctrl, r.policy.ctrl(sent), atol=1e-12)
+
+
+def test_ctrl_is_what_mujoco_applies():
+    """policy.ctrl gives the commands MuJoCo applied in training: clamped to each
+    actuator's ctrl_range as mj_step clamps them (checked on MuJoCo's actuator forces),
+    here with actions pushed past the range by a doubled action scale."""
+    policy = OnnxPolicy(WALKER)  # its own: the module's stays as exported
+    m, d = policy.model, mujoco.MjData(policy.model)
+    policy.scale = 2.0 * policy.scale  # a robot whose targets can leave the range
+    a = np.where(np.arange(m.nu) % 2 == 0, 1.0, -1.0)
+    raw = policy.offset + policy.scale * a
+    assert m.actuator_ctrllimited.all()
+    assert ((raw < m.actuator_ctrlrange[:, 0]) | (raw > m.actuator_ctrlrange[:, 1])).any()
+    forces = []
+    for ctrl in (raw, policy.ctrl(a)):
+        mujoco.mj_resetDataKeyframe(m, d, 0)
+        d.ctrl[:] = ctrl
+        mujoco.mj_forward(m, d)
+        forces.append(d.actuator_force.copy())
+    np.testing.assert_array_equal(forces[1], forces[0])
+    assert (policy.ctrl(a) >= m.actuator_ctrlrange[:, 0]).all()
+    assert (policy.ctrl(a) <= m.actuator_ctrlrange[:, 1]).all()
+
+
+def test_actuators_that_drive_no_joint_are_refused():
+    """The contract maps each actuator to a joint by its transmission id: a tendon's id
+    read as a joint's would name the wrong joint without a word."""
+    from trot.export.model_info import actuators
+
+    m = mujoco.MjModel.from_xml_string("""<mujoco><worldbody><body><joint name="j"/>
+      <geom size="0.1"/></body></worldbody><tendon><fixed name="t"><joint joint="j"
+      coef="1"/></fixed></tendon><actuator><motor tendon="t"/></actuator></mujoco>""")
+    with pytest.raises(ValueError, match="drives a mjTRN_TENDON: the export maps"):
+        actuators(m)

@@ -244,13 +244,18 @@ def test_runner_and_torch_agree_across_resets(variant, tmp_path):
 
 def test_a_contract_whose_memory_is_not_the_graphs_is_refused(tmp_path):
     """A state size, a state name, a missing state or a history length that the ONNX graph
-    does not have: refused at load, naming the input."""
+    does not have, or a reset rule the runner does not implement: refused at load, naming
+    the input or the field."""
     run_dir = _trained(tmp_path / "gru", *VARIANTS["gru"])
     edits = {
         "shape": (lambda c: c["recurrent_state"][0].update(shape=[32]), "h has shape"),
         "name": (lambda c: c["recurrent_state"][0].update(input="hidden"), "inputs"),
         "missing": (lambda c: c.update(recurrent_state=[]), "inputs"),
-        "history": (lambda c: c["obs_history"].update(length=2), "obs has shape"),
+        "history": (lambda c: c["obs_history"].update(length=2, input_dim=2 * c["obs_dim"]),
+                    "obs has shape"),
+        "input_dim": (lambda c: c["obs_history"].update(length=2), "input_dim"),
+        "reset": (lambda c: c["recurrent_state"][0].update(reset="last_value"),
+                  r"recurrent_state\[0\].reset is 'last_value'"),
     }
     for name, (edit, match) in edits.items():
         with pytest.raises(ContractError, match=match):

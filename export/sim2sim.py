@@ -7,7 +7,6 @@ layout) must be what the contract says."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import mujoco
@@ -175,15 +174,13 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     for _ in range(episodes):  # no Task.episode_end: no curriculum between episodes
         qpos, qvel = task.initial_state(sim, gen)
         r.start(qpos[0].double().numpy(), qvel[0].double().numpy(), gen)
-        ret, steps, sums = 0.0, 0, {}  # metric -> (sum, count) of its defined values
+        ret, steps, trace = 0.0, 0, {}  # metric -> its value per step (NaN: undefined)
         for steps in range(1, max_steps + 1):
             action = r.step(gen)
             act_t = torch.tensor(action, dtype=torch.float32)[None]
             ret += float(task.reward(sim, act_t)[0][0])
-            for k, v in task.eval_metrics(sim).items():  # NaN: undefined at this step
-                total, count = sums.get(k, (0.0, 0))
-                x = float(v[0])
-                sums[k] = (total, count) if math.isnan(x) else (total + x, count + 1)
+            for k, v in task.eval_metrics(sim).items():
+                trace.setdefault(k, []).append(float(v[0]))
             if trajectory is not None:
                 traj.append(np.concatenate([data.qpos, data.qvel, action]))
             fell = bool(task.terminated(sim)[0])
@@ -196,8 +193,11 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
                 break
         returns.append(ret)
         lengths.append(steps)
-        for k, (total, count) in sums.items():
-            metrics.setdefault(k, []).extend([total / count] if count else [])
+        for k, values in trace.items():  # over the episode and its second half, as eval
+            for name, x in ((k, np.asarray(values)),
+                            (f"{k}_second_half", np.asarray(values[steps // 2:]))):
+                defined = x[~np.isnan(x)]
+                metrics.setdefault(name, []).extend([defined.mean()] if len(defined) else [])
     if trajectory is not None:
         np.savez(trajectory, steps=np.asarray(traj), nq=r.model.nq, nv=r.model.nv)
     rets = np.asarray(returns)

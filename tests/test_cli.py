@@ -48,6 +48,9 @@ def test_list_prints_both_cartpole_tasks(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "cartpole-balance" in out and "cartpole-swingup" in out
+    assert main(["list", "--help"]) == 0 and "usage: trot list" in capsys.readouterr().out
+    assert main(["list", "--bogus"]) == 2  # it listed the tasks, ignoring the flag
+    assert "trot list takes no arguments, got --bogus" in capsys.readouterr().err
 
 
 def test_unknown_command_and_task_fail_clearly(capsys):
@@ -108,6 +111,9 @@ def test_train_eval_resume_round_trip(tmp_path, capsys):
     assert res["episodes"] == 4 and res["env_steps"] == 2048
     assert res["max_return"] == 500.0
     assert 0 < res["mean_return"] <= 500.0
+    assert main(["eval", str(d), "--episodes", "4"]) == 0  # the table: counts whole
+    table = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert table["env_steps"] == "2048" and table["episodes"] == "4"
 
     assert main(["train", "--resume", str(d), "--max-env-steps", "4000"]) == 0
     out = capsys.readouterr().out

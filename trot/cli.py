@@ -77,8 +77,15 @@ def parse_positional(cls: type, args: list[str], prog: str) -> tuple[str, Any]:
     return args[0], tyro.cli(cls, args=args[1:], prog=prog)
 
 
-def cmd_list(_args: list[str]) -> int:
+def cmd_list(args: list[str]) -> int:
     from trot.tasks.registry import get_task, task_names
+
+    if args:
+        usage = "usage: trot list [--tasks FILE.py]: the registered tasks and where they live"
+        if args[0] in ("-h", "--help"):
+            print(usage)
+            return 0
+        return _fail(f"trot list takes no arguments, got {' '.join(args)}; {usage}")
 
     for name in task_names():
         entry = get_task(name)
@@ -264,7 +271,8 @@ def _print_result(out: dict, as_json: bool) -> None:
         print(json.dumps(out, sort_keys=True))
     else:
         for k, v in out.items():
-            print(f"{k:<28} {v if v is None else f'{v:.4g}'}")
+            shown = v if v is None else int(v) if float(v).is_integer() else f"{v:.4g}"
+            print(f"{k:<28} {shown}")  # counts whole (env steps), measurements to 4 digits
 
 
 def cmd_play(args: list[str]) -> int:

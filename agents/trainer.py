@@ -378,7 +378,7 @@ def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
     if max_env_steps is not None and max_env_steps <= trainer.env_steps:
         raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
                          f"{trainer.env_steps} env steps {run_dir} has done")
-    if minutes is not None and minutes * 60 <= trainer.wall_s:
+    if minutes is not None and 0 < minutes * 60 <= trainer.wall_s:  # 0: no time limit
         raise ValueError(f"--minutes {minutes} is not above the {trainer.wall_s / 60:.1f} "
                          f"minutes {run_dir} has trained")
     changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))

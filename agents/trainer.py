@@ -383,10 +383,12 @@ def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
                          f"minutes {run_dir} has trained")
     changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
                if v is not None}
+    cfg = dataclasses.replace(trainer.cfg, **changes)
+    cfg.validate()  # e.g. negative minutes, before they are written
     if changes and write:
         save_json(Path(run_dir) / "config.json",
                   dataclasses.replace(run_config(run_dir), **changes))
-    return dataclasses.replace(trainer.cfg, **changes)
+    return cfg
 
 
 def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:

@@ -260,7 +260,9 @@ class LeggedVelocity(Task[LeggedConfig]):
         new = loco.sample_commands(sim.num_envs, self._cmd_low, self._cmd_high,
                                    self._standing, gen)
         self.command.copy_(torch.where(due[:, None], new, self.command))
-        self._steer(sim, due, new, gen)
+        if self._heading is not None:  # targets drawn now, from the yaw before the physics;
+            # every moving env steers after it (post_step)
+            self._heading.draw(loco.yaw_of(sim.qpos[:, 3:7]), due, new, gen)
         self._prev_joint_vel.copy_(self._joint_vel(sim))
         if c.push:
             self._push(sim, gen)
@@ -270,8 +272,9 @@ class LeggedVelocity(Task[LeggedConfig]):
             self._heading.steer(loco.yaw_of(sim.qpos[:, 3:7]), self.command)
 
     def _steer(self, sim: BatchedSim, new: Tensor, cmd: Tensor, gen: torch.Generator) -> None:
-        """heading_command: rows `new` [N] (given `cmd` [N, 3]) draw a target heading and,
-        if moving, steer to it from the yaw now (the others steer in post_step)."""
+        """heading_command at a reset: rows `new` [N] (given `cmd` [N, 3]) draw a target
+        heading and, if moving, steer to it from their start yaw (post_step, which steers
+        every env, has run for this step)."""
         if self._heading is not None:
             yaw = loco.yaw_of(sim.qpos[:, 3:7])  # the free base joint's quaternion
             self._heading.draw(yaw, new, cmd, gen)

@@ -130,11 +130,13 @@ class PlainRunner:
     def start(self, qpos: np.ndarray, qvel: np.ndarray, gen: torch.Generator) -> None:
         """A new episode from this state (task state reset, last action zero)."""
         m, d = self.model, self.data
+        one = torch.ones(1, dtype=torch.bool)
         mujoco.mj_resetData(m, d)
         d.qpos[:], d.qvel[:] = qpos, qvel
+        self.task.randomize(self.sim, one, gen)  # as Env: before the reset's forward
         mujoco.mj_forward(m, d)
         self.sim.refresh()
-        self.task.on_reset(self.sim, torch.ones(1, dtype=torch.bool), gen)
+        self.task.on_reset(self.sim, one, gen)
         self.builder.last_action[:] = 0.0
         self.builder.time = 0.0
         self.policy.reset()  # a new episode's history and recurrent state

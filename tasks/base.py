@@ -163,8 +163,15 @@ class Task(ABC, Generic[C]):
         """Envs where mask [N] is set are about to reset, in the state their episode ended
         in (before `initial_state`): e.g. a terrain curriculum moves them between rows."""
 
+    def randomize(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
+        """Domain randomization: new per-env model parameters (`BatchedSim.set_params`) for
+        envs where mask [N] is set. Runs after `initial_state` and before the sim resets
+        those envs, so the reset's forward (the first observation's sensors and contact
+        forces) already sees the new parameters."""
+
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
-        """Reset task state (commands, randomization) of envs where mask [N] is set."""
+        """Reset task state (commands, timers, histories) of envs where mask [N] is set,
+        from the state they were reset to."""
 
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Before physics each step: resample commands on schedule, pushes, ..."""

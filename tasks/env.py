@@ -223,6 +223,7 @@ class Env:
     def _reset_envs(self, mask: Tensor) -> None:
         self.task.episode_end(self.sim, mask)
         qpos, qvel = self.task.initial_state(self.sim, self.gen)
+        self.task.randomize(self.sim, mask, self.gen)  # before the reset's forward
         self.sim.reset(mask, qpos, qvel)
         self.task.on_reset(self.sim, mask, self.gen)
         self.episode_step.masked_fill_(mask, 0)

@@ -10,8 +10,9 @@ subclass naming it, registered with `config_for(robot)` (see tasks/go2.py).
 Step order (tasks/env.py): pre_step (timers: command resampling, pushes; joint velocity
 snapshot) -> action_to_ctrl (latency) -> physics -> post_step (heading commands: the
 yaw-rate command follows the new yaw) -> observation -> reward (which also
-advances the per-step histories: last action, feet air time) -> terminated -> on_reset for
-ended envs. Every per-env clock is a tensor; nothing here reads a tensor on the host.
+advances the per-step histories: last action, feet air time) -> terminated -> for ended
+envs: initial_state -> randomize -> the sim's reset (its forward sees the new parameters) ->
+on_reset. Every per-env clock is a tensor; nothing here reads a tensor on the host.
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ class LeggedVelocity(Task[LeggedConfig]):
         return qpos, qvel
 
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
-        c, n = self.config, sim.num_envs
+        n = sim.num_envs
         m1 = mask[:, None]
         cmd = loco.sample_commands(n, self._cmd_low, self._cmd_high, self._standing, gen)
         self.command.copy_(torch.where(m1, cmd, self.command))
@@ -243,7 +244,9 @@ class LeggedVelocity(Task[LeggedConfig]):
         self._last_contact.masked_fill_(m1, False)
         self._latency.masked_fill_(mask[None, :, None], 0.0)
         self._gait.reset(mask)
-        if c.randomize:
+
+    def randomize(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
+        if self.config.randomize:
             self._randomize(sim, mask, gen)
 
     def _draw_push_interval(self, n: int, gen: torch.Generator, dev) -> Tensor:

@@ -256,10 +256,34 @@ def test_domain_randomization_differs_across_envs_within_ranges():
     # a partial reset redraws only the masked envs
     before = {f: sim.params(f).clone() for f in ("geom_friction", "body_mass")}
     mask = torch.arange(n) < n // 2
-    env.task.on_reset(sim, mask, env.gen)
+    env.task.randomize(sim, mask, env.gen)
     for f, old in before.items():
         new = sim.params(f)
         assert torch.equal(new[~mask], old[~mask]) and not torch.equal(new[mask], old[mask])
+
+
+def test_an_episodes_first_observation_sees_its_own_parameters():
+    """A reset's forward pass, which the first observation reads, runs with the parameters
+    drawn for the new episode: each env's sensors equal a plain mj_forward of its own
+    randomized model at its start state. (Drawn after the reset's forward, as before
+    2026-12-03, the accelerometer and the motor torques, which depend on masses and gains,
+    came from the last episode's parameters.)"""
+    n = 4
+    env = make(n, randomize=True)
+    sim = env.sim
+
+    def forward(m: mujoco.MjModel, i: int) -> np.ndarray:
+        d = mujoco.MjData(m)
+        d.qpos, d.qvel = sim.qpos[i].double().numpy(), sim.qvel[i].double().numpy()
+        mujoco.mj_forward(m, d)
+        return d.sensordata
+
+    for _ in range(2):  # the first draw, then a redraw over the first one's parameters
+        env.reset()
+        for i in range(n):
+            want = forward(sim._b.get_model(i), i)  # env i's own model, constants included
+            assert np.abs(forward(sim.model, i) - want).max() > 0.1  # the draw shows
+            np.testing.assert_allclose(sim.sensordata[i].numpy(), want, rtol=1e-4, atol=1e-3)
 
 
 def test_no_randomization_when_off():

@@ -1,7 +1,7 @@
 """Learner configuration: frozen dataclasses whose field docstrings become `--help`.
 
 A2C is not a separate config: `PPOConfig.as_a2c()` returns the PPO settings under which the
-PPO update *is* the A2C update (one epoch, one minibatch, no clipping).
+PPO update *is* the A2C update (one epoch, one minibatch, no clipping, a fixed rate).
 """
 
 from __future__ import annotations
@@ -87,8 +87,11 @@ class PPOConfig:
     natively, else float32"""
 
     def as_a2c(self) -> "PPOConfig":
-        """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping."""
-        return replace(self, epochs=1, minibatches=1, clip=False, value_clip=0.0)
+        """A2C is PPO with one epoch over the whole batch as one minibatch and no clipping,
+        at a fixed learning rate: the KL-adaptive rule acts from an update's second
+        minibatch, and A2C has one (its KL is measured before its only step)."""
+        return replace(self, epochs=1, minibatches=1, clip=False, value_clip=0.0,
+                       desired_kl=0.0)
 
     def validate(self, num_envs: int) -> None:
         """Raise ValueError naming the bad field and what is accepted."""

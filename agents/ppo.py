@@ -55,12 +55,12 @@ def normalize_advantages(adv: Tensor, comm: Comm = ONE_PROCESS) -> Tensor:
 
 
 def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]) -> Tensor:
-    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half but
-    not at 0. A KL of exactly 0 is an update's first minibatch, measured before any step
-    (the policy is still the one that acted): it says nothing about the step size, and
-    growing on it would raise the rate at every update."""
-    grow = (kl < 0.5 * desired) & (kl > 0)
-    new = torch.where(kl > 2.0 * desired, lr / 1.5, torch.where(grow, lr * 1.5, lr))
+    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half.
+    `PPO` skips it on an update's first minibatch: measured before any step, that KL is
+    between the policy and itself (0 in float32, rounding noise under bfloat16), says
+    nothing about the step size, and growing on it would raise the rate at every update."""
+    new = torch.where(kl > 2.0 * desired, lr / 1.5,
+                      torch.where(kl < 0.5 * desired, lr * 1.5, lr))
     return new.clamp(*bounds)
 
 
@@ -207,9 +207,11 @@ class PPO:
         if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
             batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
         sums = None
+        first = True  # the update's first minibatch: no step yet, nothing to adapt on
         for _ in range(cfg.epochs):
             for b, seq_b in self._minibatches(batch, gen):
-                stats = self._minibatch(b, seq_b, old_log_std)
+                stats = self._minibatch(b, seq_b, old_log_std, adapt=not first)
+                first = False
                 row = torch.stack(list(stats.values()))  # [S]: one add per minibatch
                 sums = torch.zeros_like(row) if sums is None else sums
                 sums += row
@@ -246,10 +248,11 @@ class PPO:
         self._shuffled = shuffled.table
         return shuffled
 
-    def _minibatch(self, b: Batch, seq: Sequences | None, old_log_std: Tensor
-                   ) -> dict[str, Tensor]:
+    def _minibatch(self, b: Batch, seq: Sequences | None, old_log_std: Tensor,
+                   adapt: bool = True) -> dict[str, Tensor]:
         """One SGD step on minibatch `b` (its rollouts' `seq` for a recurrent actor); its
-        statistics by logged name (0-d tensors)."""
+        statistics by logged name (0-d tensors). `adapt`: steer the learning rate by this
+        minibatch's KL (when `desired_kl` > 0)."""
         cfg, ac = self.cfg, self.ac
         with self._forward_precision():
             mean = ac.actor(b.obs) if seq is None else _sequence_means(ac.actor, b, seq)
@@ -258,7 +261,7 @@ class PPO:
         loss.backward()
         # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
         kl = self.comm.average_gradients(ac.parameters(), extra=stats["kl"])
-        if cfg.desired_kl > 0:
+        if adapt and cfg.desired_kl > 0:
             self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()

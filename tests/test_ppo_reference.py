@@ -106,9 +106,9 @@ def _reference_update(ac: ActorCritic, batch: Batch, cfg: PPOConfig,
             new_log_std = ac.actor.log_std.detach()
             kl = (new_log_std - old_log_std + ((2 * old_log_std).exp() + (old_mu[idx] - mu)
                   .detach() ** 2) / (2 * (2 * new_log_std).exp()) - 0.5).sum(-1).mean().item()
-            if kl > 2 * cfg.desired_kl:  # the new rate is the one this step uses
+            if step > 0 and kl > 2 * cfg.desired_kl:  # the new rate is the one this step uses
                 lr = max(lr / 1.5, lr_lo)
-            elif 0 < kl < cfg.desired_kl / 2:  # rsl_rl: not at 0 (the first step)
+            elif step > 0 and kl < cfg.desired_kl / 2:  # not before the update's first step
                 lr = min(lr * 1.5, lr_hi)
             grads = torch.autograd.grad(loss, params)
             norm = math.sqrt(sum(g.square().sum().item() for g in grads))
@@ -180,20 +180,22 @@ def _inverted_kl_rule(lr, kl, desired, bounds):
         kl < 0.5 * desired, lr / 1.5, lr)).clamp(*bounds)
 
 
-def _kl_rule_grows_at_zero(lr, kl, desired, bounds):
-    """Faster on a KL of 0 too: every update's first minibatch, before any step."""
-    return torch.where(kl > 2.0 * desired, lr / 1.5, torch.where(
-        kl < 0.5 * desired, lr * 1.5, lr)).clamp(*bounds)
+def _adapts_on_first_minibatch(monkeypatch):
+    """The rate steered by the update's first minibatch too, whose KL (before any step) is
+    the policy's against itself (rsl_rl does this)."""
+    original = PPO._minibatch
+    monkeypatch.setattr(PPO, "_minibatch", lambda self, b, seq, old_log_std, adapt=True:
+                        original(self, b, seq, old_log_std, adapt=True))
 
 
 def _per_minibatch_advantages(monkeypatch):
     """Advantages normalized per minibatch where the config says per batch."""
     original = PPO._minibatch
 
-    def minibatch(self, b, mean, old_log_std):
+    def minibatch(self, b, seq, old_log_std, adapt=True):
         adv = b.advantages
         return original(self, dataclasses.replace(
-            b, advantages=(adv - adv.mean()) / (adv.std() + 1e-8)), mean, old_log_std)
+            b, advantages=(adv - adv.mean()) / (adv.std() + 1e-8)), seq, old_log_std, adapt)
     monkeypatch.setattr(PPO, "_minibatch", minibatch)
 
 
@@ -202,7 +204,7 @@ BUGS = {
     "clip: low and high swapped": ("surrogate_loss", _swapped_clip_range),
     "value clip: min instead of max": ("value_loss", _value_clip_wrong_side),
     "kl rule inverted": ("adapt_lr", _inverted_kl_rule),
-    "kl rule grows at 0": ("adapt_lr", _kl_rule_grows_at_zero),
+    "kl rule on the first minibatch": (None, _adapts_on_first_minibatch),
     "advantages per minibatch": (None, _per_minibatch_advantages),
 }
 

@@ -23,7 +23,8 @@ class TrainConfig:
     task: str = "cartpole-balance"
     """registered task name (see `trot list`)"""
     algo: Literal["ppo", "a2c"] = "ppo"
-    """ppo, or a2c (PPO with one epoch, one minibatch, no clipping)"""
+    """ppo, or a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
+    fixed learning rate)"""
     num_envs: int = 1024
     """parallel simulated robots"""
     seed: int = 0

@@ -159,6 +159,10 @@ class Task(ABC, Generic[C]):
         """`Env.reset` calls this before resetting every env: drop anything drawn ahead
         (a `UniformBank`), so that draws after a reseed start from the new seed."""
 
+    def staggered(self, sim: BatchedSim, elapsed: Tensor) -> None:
+        """`Env.reset(stagger=True)` started each env's first episode elapsed [N] seconds into
+        its clock: a task that keeps its own episode clock sets it here."""
+
     def episode_end(self, sim: BatchedSim, mask: Tensor) -> None:
         """Envs where mask [N] is set are about to reset, in the state their episode ended
         in (before `initial_state`): e.g. a terrain curriculum moves them between rows."""

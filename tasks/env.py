@@ -201,6 +201,7 @@ class Env:
         if stagger:
             self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),
                                               generator=self.gen, device=self.device)
+            self.task.staggered(self.sim, self.episode_step * self.control_dt)
         self.stats.restart(self.episode_step == 0 if stagger else None)
         # every staggered first episode has ended by the time limit at the latest
         self._first_episodes_left = self.max_episode_steps if stagger else 0

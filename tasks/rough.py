@@ -247,6 +247,9 @@ class LeggedRough(LeggedVelocity):
         qpos[:, 2] += centre[:, 2] + self.config.spawn_clearance
         return qpos, qvel
 
+    def staggered(self, sim: BatchedSim, elapsed: Tensor) -> None:
+        self._elapsed.copy_(elapsed)  # a staggered first episode has that much less to go
+
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
         super().on_reset(sim, mask, gen)
         self._col.copy_(torch.where(mask, self._next_col, self._col))
@@ -260,12 +263,14 @@ class LeggedRough(LeggedVelocity):
 
     # ---------------------------------------------------------------- stepping
     def reward_terms(self, sim: BatchedSim, action: Tensor) -> dict[str, tuple[float, Tensor]]:
-        """As the flat task's; also advances the curriculum's clocks: the commanded
-        distance, the episode time and whether the env has reached its tile's edge."""
+        """As the flat task's; also advances the curriculum's clocks (the commanded distance
+        and the episode time) and, on the course, whether the env has reached its tile's
+        edge standing (a fall's step, which can tumble the base past it, does not count)."""
         self._cmd_dist += self._cmd_seen[:, :2].norm(dim=-1) * self.dt
         self._elapsed += self.dt
-        away = (sim.qpos[:, :2] - self._tile_centre()).abs().amax(-1)
-        self._reached |= away >= self.config.tile_size / 2
+        if self.config.terrain == "course":
+            away = (sim.qpos[:, :2] - self._tile_centre()).abs().amax(-1)
+            self._reached |= (away >= self.config.tile_size / 2) & ~self.terminated(sim)
         return super().reward_terms(sim, action)
 
     def truncated(self, sim: BatchedSim) -> Tensor:

@@ -363,3 +363,38 @@ def test_terrain_level_is_logged_and_checkpointed():
     twin.load_state_dict(state)
     for name in ("_level", "_col", "_next_col", "_cmd_dist", "_elapsed", "_reached"):
         assert torch.equal(getattr(twin.task, name), getattr(env.task, name))
+
+
+def test_the_curriculum_clock_is_the_env_clock_from_a_staggered_start():
+    """The task's episode time, which sizes the commanded distance of an episode that ended
+    early, is the env's clock x dt at every step: from a staggered start, through time
+    limits and resets. Catches a staggered first episode whose clock starts at 0 (judged as
+    if it had a whole episode to walk, so it was demoted for distance it had no time for)."""
+    env = _rough_env(n=16, episode_seconds=0.2)  # 10 steps: everyone resets in the loop
+    env.reset(stagger=True)
+    assert bool((env.episode_step > 0).any())
+    resets = 0
+    for _ in range(15):
+        assert torch.allclose(env.task._elapsed, env.episode_step * env.control_dt, atol=1e-5)
+        resets += int(env.step(torch.zeros(env.num_envs, env.action_dim)).truncated.sum())
+    assert resets >= env.num_envs
+
+
+def test_a_fall_past_the_tile_edge_is_not_a_crossing():
+    """On the course, reaching the tile's edge counts only standing: a robot whose base is
+    past the edge on the step it falls has not crossed. Catches the edge test run on the
+    fall's step (a robot tumbling forward off a step counted as crossing it)."""
+    env = _rough_env(n=2, terrain="course")
+    env.record_eval_metrics = True
+    env.reset()
+    task = env.task
+    q, v = env.sim.qpos.clone(), env.sim.qvel.clone()
+    q[:, :2] = task._tile_centre()
+    q[:, 0] += 0.6 * task.config.tile_size  # past the edge (half a tile)
+    q[:, 2] += 0.3
+    q[0, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # env 0 upside down: it has fallen
+    env.sim.reset(torch.ones(2, dtype=torch.bool), q, v)
+    res = env.step(torch.zeros(2, env.action_dim))
+    assert res.terminated.tolist() == [True, False]
+    crossed = torch.stack(list(env.eval_outcomes.values())).nan_to_num(0.0).sum(0)  # [2]
+    assert crossed.tolist() == [0.0, 1.0]

@@ -12,14 +12,15 @@
 #
 # The GPU machine has no network, Python 3.12, torch 2.11 and JAX 0.11 with CUDA 13, and no
 # mujoco, mujoco-mjx or warp-lang. What it lacks travels as wheels in the working tree
-# (shared/wheels/, wheels/ or .whl/, the first that exists; 33 MB, within the 64 MiB the
-# tree may carry), downloaded on a machine with the package registries:
+# (shared/wheels/, wheels/ or .whl/, the first that exists; 32 MB, within the 64 MiB the
+# tree may carry), downloaded on a machine with the package registries, at the versions
+# installed there (`pip show mujoco`; 4.0.1 on 2026-12-04):
 #
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d wheels \
-#       mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 mujoco-mjx==3.17.0 \
-#       trimesh glfw pyopengl websockets tyro docstring-parser typeguard
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#       --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d wheels \
+#       mujoco==4.0.1 mujoco-core==4.0.1 mujoco-studio==4.0.1 mujoco-studio-wasm==4.0.1 \
+#       mujoco-mjx==3.17.0 trimesh glfw pyopengl websockets tyro docstring-parser typeguard
 #
 # warp-lang (~150 MB) cannot travel, so MJX runs its JAX implementation on the GPU (impl
 # "jax"); the import step says so. Order: 1 install and import check with versions; 2 the
@@ -61,7 +62,9 @@ WHEELS=""
 for d in shared/wheels wheels .whl; do
   if compgen -G "$d/*.whl" > /dev/null; then WHEELS=$d; break; fi
 done
-if [ -n "$WHEELS" ]; then
+if [ "${DRY:-0}" = "1" ]; then  # the wheels are for the GPU machine's Python 3.12
+  echo "dry: wheels not installed; using what is installed"
+elif [ -n "$WHEELS" ]; then
   du -ch "$WHEELS"/*.whl | tail -1
   # --no-deps: every dependency is either preinstalled or one of the carried wheels
   timeout 120 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \

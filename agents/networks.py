@@ -22,7 +22,7 @@ NARROW_INPUT = 16  # below this many input features, Linear takes the fast weigh
 class _NarrowLinear(torch.autograd.Function):
     """x @ W^T + b whose weight gradient is computed as (x^T g)^T. autograd computes
     g^T x, and MKL runs that product 3-8x slower when x has few columns (a first layer on
-    a 5-number cartpole observation); the transposed product is the same numbers."""
+    a 6-number cartpole observation); the transposed product is the same numbers."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # [B, I] -> [B, O]

@@ -23,7 +23,9 @@
 #       mujoco-mjx==3.17.0 trimesh glfw pyopengl websockets tyro docstring-parser typeguard
 #
 # warp-lang (~150 MB) cannot travel, so MJX runs its JAX implementation on the GPU (impl
-# "jax"); the import step says so. Order: 1 install and import check with versions; 2 the
+# "jax"); the import step says so. Order: 1 install and import check with versions, then
+# a probe of where MJX breaks (benchmarks/gpu_probe.py; XLA's command buffers turned off
+# if that is what lets trot's step run); 2 the
 # mjx tests on CUDA (cartpole, Go1, G1; TROT_TEST_DEVICE=cuda); 3 go1-flat physics only
 # (from the env loop's own states), env loop and training env-steps/s at 1024 and 4096
 # envs; 4 a 3-minute go1-flat training run on the GPU, evaluated at the end with the
@@ -100,13 +102,32 @@ with open(sys.argv[1], "a") as f:
     f.write("- " + "\n- ".join(lines) + "\n\n")
 EOF
 
+step "1b. probe: plain JAX, MJX, MJX with DLPack, trot's mjx env (benchmarks/gpu_probe.py)"
+# On the H200 (2026-12-04) trot's step program failed inside XLA's command buffers (CUDA
+# graphs): "Failed to set memcpy D2D node params". If the probe's last stage fails, try
+# again with them off and keep that setting for the rest of the check.
+if timeout 150 $PY benchmarks/gpu_probe.py --device $DEV; then
+  record "- probe: trot's mjx env steps with XLA's defaults (XLA_FLAGS='${XLA_FLAGS:-}')"
+else
+  export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer="
+  if timeout 120 $PY benchmarks/gpu_probe.py --device $DEV; then
+    record "- probe: trot's mjx env FAILED with XLA's defaults; steps with command buffers" \
+      "off (XLA_FLAGS='$XLA_FLAGS'), kept for the rest of the check"
+  else
+    record "- probe: trot's mjx env FAILED with XLA's defaults and with command buffers off"
+    status=1
+  fi
+fi
+
 step "2. mjx tests on $DEV"
-budget=$(( $(left) - 240 )); [ "$budget" -gt 180 ] && budget=180
+budget=$(( $(left) - 260 )); [ "$budget" -gt 150 ] && budget=150
 if [ "$budget" -lt 30 ]; then
   echo "skipped: ${budget} s"; record "- mjx tests: skipped (no time)"
 else
-  TROT_TEST_DEVICE=$DEV timeout "$budget" $PY -m pytest $TESTS -q -rs -p no:cacheprovider \
-    > "$OUTDIR/pytest.log" 2>&1
+  # -v: each test's outcome as it ends (a timeout keeps them); --maxfail: a broken backend
+  # stops early with its tracebacks instead of eating the window
+  TROT_TEST_DEVICE=$DEV timeout "$budget" $PY -m pytest $TESTS -v -rfEs --tb=short \
+    --maxfail=3 -p no:cacheprovider > "$OUTDIR/pytest.log" 2>&1
   rc=$?
   tail -n 5 "$OUTDIR/pytest.log"
   record "- mjx tests (${TESTS}) on $DEV: exit $rc: $(tail -n 1 "$OUTDIR/pytest.log")"

@@ -18,7 +18,9 @@ BACKENDS: dict[str, str] = {
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """Parse a device string with a clear error, and check that it exists here."""
+    """Parse a device string with a clear error, and check that it exists here. 'cuda'
+    becomes 'cuda:K' (the current device): torch.device('cuda') compares unequal to every
+    CUDA tensor's device, which always carries its index."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
@@ -27,6 +29,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device {device!r} requested but torch sees no CUDA GPU; use 'cpu'")
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device!r}; accepted: 'cpu', 'cuda', 'cuda:K'")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
     return dev
 
 

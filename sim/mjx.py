@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from trot.sim import resolve_device
 from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
                            sensor_slices, sensor_view)
 from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
@@ -109,9 +110,7 @@ class MjxSim:
         self.model = model
         self.num_envs = n = num_envs
         self.substeps = substeps
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)  # 'cuda' -> 'cuda:K', as the tensors say
         self.impl = resolve_impl(self.device, impl)
         self._jdev = jax_device(self.device)
         self._sensors = sensor_slices(model)

@@ -98,7 +98,8 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     cfg.validate()
     t = entry.task_cls(cfg)
     model = compile_model(t)
-    hosted = sim == "cpu" and resolve_device(device).type != "cpu"
+    device = resolve_device(device)
+    hosted = sim == "cpu" and device.type != "cpu"
     s = make_sim(sim, model, num_envs, cfg.substeps, "cpu" if hosted else device,
                  fields=t.data_fields)
     return HostedEnv(Env(task, t, s, seed), device) if hosted else Env(task, t, s, seed)

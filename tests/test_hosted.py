@@ -111,3 +111,16 @@ def test_training_through_the_host_env_is_bitwise_the_host_training(tmp_path, mo
     c.load_state_dict(state)
     _same(b.env.inner.obs.policy, c.env.obs.policy, "loaded obs")
     assert c.env.obs.policy.device == DEV
+
+
+def test_cuda_without_an_index_resolves_to_the_current_device(monkeypatch):
+    """'cuda' resolves to 'cuda:K', the device every CUDA tensor reports. Kept as given,
+    torch.device('cuda') != torch.device('cuda:0'): on the H200 (2026-12-04) the Sebulba
+    env built with device='cuda' refused its own learner's actions as off-device."""
+    from trot.sim import resolve_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+    assert resolve_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)
+    assert resolve_device("cpu") == torch.device("cpu")

@@ -71,6 +71,10 @@ class LeggedRobot:
     """per-robot task settings (reward weights, ranges, action scale): LeggedConfig field
     overrides, applied by `legged.config_for`"""
 
+    def __post_init__(self) -> None:
+        """Check the description's own types where it is written (nothing is changed)."""
+        _check_fields(self)
+
     def mirror_map(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """(perm, signs) over policy joints: mirrored[:, i] = signs[i] * joints[:, perm[i]]."""
         index = {j: i for i, j in enumerate(self.joints)}
@@ -82,6 +86,9 @@ class LeggedRobot:
                                      f"policy joint; policy joints: {', '.join(self.joints)}")
                 if perm[index[x]] not in (None, index[y]):
                     raise ValueError(f"mirror maps joint {x} twice")
+                if sign not in (1, -1):
+                    raise ValueError(f"mirror pair ({a}, {b}) has sign {sign!r}; accepted: "
+                                     "1 (same direction) or -1 (reversed)")
                 perm[index[x]], signs[index[x]] = index[y], float(sign)
         missing = [j for j, p in zip(self.joints, perm) if p is None]
         if missing:
@@ -102,6 +109,29 @@ def _require(kind: str, wanted: tuple[str, ...], have: list[str]) -> None:
 
 def _colliding(g: mujoco.MjsGeom) -> bool:
     return bool(g.contype or g.conaffinity)
+
+
+def _check_fields(robot: LeggedRobot) -> None:
+    """The description's own types: the mistakes a dataclass does not catch."""
+    for f in ("joints", "feet", "terminate_contacts", "penalize_contacts"):
+        v = getattr(robot, f)
+        if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+            raise ValueError(f"LeggedRobot.{f} must be a tuple of names, got {v!r}"
+                             + (f" (write ({v!r},))" if isinstance(v, str) else ""))
+        twice = sorted({x for x in v if list(v).count(x) > 1})
+        if twice:
+            raise ValueError(f"LeggedRobot.{f} names {twice} more than once")
+    if len(robot.imu_pos) != 3:
+        raise ValueError(f"LeggedRobot.imu_pos must be 3 numbers (x, y, z in the base "
+                         f"frame, m), got {robot.imu_pos!r}")
+    if isinstance(robot.config, dict) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in robot.config):
+        raise ValueError(f"LeggedRobot.config must be a tuple of (field, value) pairs, e.g. "
+                         f"(('action_scale', 0.25),), got {robot.config!r}")
+    for f in ("kp", "kd"):
+        v = getattr(robot, f)
+        if v is not None and not (isinstance(v, (int, float)) and v >= 0):
+            raise ValueError(f"LeggedRobot.{f} must be a number >= 0 or None, got {v!r}")
 
 
 def check(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
@@ -178,6 +208,12 @@ def _order_actuators(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
             spec.delete(a)  # actuators on joints the policy does not drive
     if robot.kp is not None or robot.kd is not None:
         for a in spec.actuators:
+            if a.biastype != mujoco.mjtBias.mjBIAS_AFFINE:  # gains would scale a torque
+                raise ValueError(
+                    f"actuator {a.name or a.target!r} is not a position servo (a <motor>, or "
+                    "<general> without an affine bias), so kp and kd cannot make it a PD "
+                    "loop; declare <position> actuators in the MJCF, or leave kp and kd None "
+                    "to drive the MJCF's actuators as they are")
             kp = a.gainprm[0] if robot.kp is None else robot.kp
             kd = -a.biasprm[2] if robot.kd is None else robot.kd
             a.gainprm[0], a.biasprm[1], a.biasprm[2] = kp, -kp, -kd

@@ -175,3 +175,55 @@ def test_runner_maps_the_robots_own_joint_order(tmp_path):
     assert np.array_equal(policy.joints.to_robot(q_policy), q_robot)
     with pytest.raises(ContractError, match="not the policy's"):
         OnnxPolicy(run, robot_joints=sdk[:-1] + ["RL_knee_joint"])
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(joints="LF_HAA"), r"joints must be a tuple of names, got 'LF_HAA' \(write \('LF_HAA',\)\)"),
+    (dict(feet=("LF_FOOT", "RF_FOOT", "LF_FOOT")), r"feet names \['LF_FOOT'\] more than once"),
+    (dict(imu_pos=(0.0, 0.1)), r"imu_pos must be 3 numbers"),
+    (dict(config={"action_scale": 0.3}), r"config must be a tuple of \(field, value\) pairs"),
+    (dict(kp="80"), r"kp must be a number >= 0 or None, got '80'"),
+])
+def test_mistyped_descriptions_fail_where_they_are_written(change, message):
+    """Each slipped through before: a string of joints iterated as letters, a dict of
+    settings iterated as keys (an unpacking error), a 2-number IMU position, a duplicate
+    foot (its contact counted twice)."""
+    with pytest.raises(ValueError, match=message):
+        _external(**change)
+
+
+def test_a_mirror_sign_other_than_plus_or_minus_one_is_refused():
+    robot = _external(mirror=tuple((f"LF_{j}", f"RF_{j}", 0.5) for j in ("HAA", "HFE", "KFE")))
+    with pytest.raises(ValueError, match=r"has sign 0.5; accepted: 1 .* or -1"):
+        robot.mirror_map()
+
+
+def test_kp_kd_on_torque_motors_is_refused(tmp_path):
+    """kp/kd overwrite a position servo's gains; on a <motor> they only scaled the torque
+    command (no PD loop at all), silently. Now the build names the actuator."""
+    xml = EXTERNAL.read_text().replace('<position kp="80" kv="2" forcerange="-40 40"/>',
+                                       '<motor ctrlrange="-40 40"/>')
+    xml = xml.replace("<position ctrlrange", "<motor ctrlrange").replace("<position name",
+                                                                      "<motor name")
+    (tmp_path / "motors.xml").write_text(xml)
+    robot = _external(mjcf=tmp_path / "motors.xml", kp=40.0, kd=1.0)
+    with pytest.raises(ValueError, match=r"actuator 'RF_HAA' is not a position servo"):
+        _task(robot)(config_for(robot)).build()
+    plain = _external(mjcf=tmp_path / "motors.xml")  # without kp/kd: the motors as they are
+    _task(plain)(config_for(plain)).build()
+
+
+def test_a_foot_listed_without_its_mirror_foot_is_named():
+    """The mirror maps a touch sensor to the mirror body's site at the same place in its
+    list; with RH_FOOT left out of `feet` its body has no site, and the lookup was an
+    IndexError deep in the observation mirror. Now a ValueError names both bodies."""
+    from trot.sim import make_sim
+    from trot.tasks.env import Env
+
+    robot = _external(feet=("LF_FOOT", "RF_FOOT", "LH_FOOT"))
+    task = _task(robot)(config_for(robot))
+    model = task.build().compile()
+    env = Env("external", task, make_sim("cpu", model, 2, task.config.substeps, "cpu"), 0)
+    with pytest.raises(ValueError, match=r"site '\w+' has no mirror: its body 'LH_\w+' has 1 "
+                                         r"sites and the mirror body 'RH_\w+' 0"):
+        env.mirrors()

@@ -131,6 +131,13 @@ def _mirror_index(ctx: MirrorContext, objtype: int, obj: int) -> tuple[int, floa
     if objtype == t.mjOBJ_SITE:  # the mirror body's site at the same place in its list
         b, mb = int(m.site_bodyid[obj]), ctx.body(int(m.site_bodyid[obj]))
         mine, theirs = (list(np.flatnonzero(m.site_bodyid == x)) for x in (b, mb))
+        if len(theirs) != len(mine):
+            name = mujoco.mj_id2name
+            raise ValueError(
+                f"site {name(m, t.mjOBJ_SITE, obj)!r} has no mirror: its body "
+                f"{name(m, t.mjOBJ_BODY, b)!r} has {len(mine)} sites and the mirror body "
+                f"{name(m, t.mjOBJ_BODY, mb)!r} {len(theirs)}; mirrored bodies need the "
+                "same sites in the same order (a foot's touch site: both feet listed)")
         return int(theirs[mine.index(obj)]), 1.0
     if objtype in (t.mjOBJ_BODY, t.mjOBJ_XBODY):
         return ctx.body(obj), 1.0

@@ -21,9 +21,22 @@ from trot.tasks.observation import ObsTerm
 
 
 def _numbers(v: object) -> tuple[float, ...] | None:
-    vals = v if isinstance(v, tuple) else (v,)
+    vals = v if isinstance(v, (tuple, list)) else (v,)  # a list written in Python: as a tuple
     ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals)
     return tuple(float(x) for x in vals) if ok else None
+
+
+def checked_output(hook: str, t: object, shape: tuple[int, ...], dtype: torch.dtype,
+                   device: torch.device) -> Tensor:
+    """A task hook's tensor `t`, or a ValueError naming the hook and what it must return.
+    Shapes, dtypes and devices are host metadata: checking them costs no sync."""
+    if not (isinstance(t, Tensor) and tuple(t.shape) == shape and t.dtype == dtype
+            and t.device == device):
+        got = (f"{t.dtype} of shape {tuple(t.shape)} on {t.device}" if isinstance(t, Tensor)
+               else type(t).__name__)
+        raise ValueError(f"{hook} must return a {dtype} tensor of shape {shape} on {device}, "
+                         f"got {got}")
+    return t
 
 
 # The checks every task config gets from its field names and shapes, one row each:
@@ -35,7 +48,7 @@ FIELD_RULES = (
      lambda v: v[0] >= 1 and v[0] == int(v[0]), "an integer >= 1"),
     (lambda name, v: name.endswith(("_fraction", "_prob", "_probability")),
      lambda v: all(0.0 <= x <= 1.0 for x in v), "in [0, 1] (a probability)"),
-    (lambda name, v: isinstance(v, tuple) and len(v) == 2, lambda v: v[0] <= v[1],
+    (lambda name, v: isinstance(v, (tuple, list)) and len(v) == 2, lambda v: v[0] <= v[1],
      "a range (low, high) with low <= high"),
 )
 

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks import mirror
-from trot.tasks.base import Observation, StepResult, Task
+from trot.tasks.base import Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
 from trot.observation_kinds import KINDS
 from trot.tasks.observation import ObsPlan, build_obs, compile_layout, make_layout, pool_columns
@@ -224,6 +224,9 @@ class Env:
     def _reset_envs(self, mask: Tensor) -> None:
         self.task.episode_end(self.sim, mask)
         qpos, qvel = self.task.initial_state(self.sim, self.gen)
+        m, n, dev = self.sim.model, self.num_envs, self.device
+        checked_output("Task.initial_state's qpos", qpos, (n, m.nq), torch.float32, dev)
+        checked_output("Task.initial_state's qvel", qvel, (n, m.nv), torch.float32, dev)
         self.task.randomize(self.sim, mask, self.gen)  # before the reset's forward
         self.sim.reset(mask, qpos, qvel)
         self.task.on_reset(self.sim, mask, self.gen)
@@ -252,7 +255,10 @@ class Env:
         frame = self.observe(noise)
         final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
         reward, terms = self.task.reward(self.sim, action)
-        terminated = self.task.terminated(self.sim) | unstable
+        terminated = self.task.terminated(self.sim)
+        if not self.reward_terms:  # the first step: the task's outputs, named if malformed
+            self._check_outputs(reward, terms, terminated)
+        terminated = terminated | unstable
         limit = self.episode_step >= self.max_episode_steps
         ended = self.task.truncated(self.sim)  # a task's own truncations, if any
         done = terminated | (limit if ended is None else limit | ended)
@@ -270,6 +276,16 @@ class Env:
         self.obs = Observation(self._stacked(prev, frame.policy, done), frame.critic)
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})
+
+    def _check_outputs(self, reward: Tensor, terms: dict[str, Tensor], terminated: Tensor
+                       ) -> None:
+        """[N] float32 rewards and terms, [N] bool terminations, on the env's device: a
+        [N, 1] would broadcast against [N] into [N, N] rather than fail."""
+        n, dev, f32 = (self.num_envs,), self.device, torch.float32
+        checked_output("Task.reward (its total)", reward, n, f32, dev)
+        for k, v in terms.items():
+            checked_output(f"Task.reward (its term {k!r})", v, n, f32, dev)
+        checked_output("Task.terminated", terminated, n, torch.bool, dev)
 
     def _record(self, reward: Tensor, terms: dict[str, Tensor], done: Tensor,
                 unstable: Tensor | None, n_unstable: Tensor) -> Tensor:

@@ -48,6 +48,12 @@ def register(name: str, task_cls: type[Task], config: TaskConfig, description: s
                          f"{_REGISTRY[name].source.describe()} and by {source.describe()}")
     if not (is_dataclass(config) and isinstance(config, TaskConfig)):
         raise TypeError(f"config for {name!r} must be a TaskConfig dataclass instance")
+    cls = type(config)
+    if "__dataclass_fields__" not in vars(cls):  # defaults written in its body are ignored
+        raise TypeError(f"config class {cls.__name__} (for {name!r}) subclasses "
+                        f"{cls.__mro__[1].__name__} without @dataclass(frozen=True) of its own, "
+                        "so the defaults written in its body are not fields and the parent's "
+                        "values would be used; decorate it")
     if budget is not None and (not isinstance(budget, int) or budget <= 0):
         raise ValueError(f"budget for {name!r} must be a positive number of env steps, "
                          f"got {budget!r}")

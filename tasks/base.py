@@ -205,6 +205,14 @@ class Task(ABC, Generic[C]):
 
     def bind_actions(self, sim: BatchedSim) -> None:
         scale, offset = self.action_affine(sim.model)
+        nu = sim.model.nu
+        if nu == 0:
+            raise ValueError(f"{type(self).__name__}'s model has no actuators: a policy needs "
+                             "at least one (<actuator> in the MJCF)")
+        if len(scale) != nu or len(offset) != nu:
+            raise ValueError(f"{type(self).__name__}.action_affine must return (scale, offset) "
+                             f"with one number per actuator ({nu}), got {len(scale)} and "
+                             f"{len(offset)}")
         self.action_scale = torch.tensor(scale, dtype=torch.float32, device=sim.device)
         self.action_offset = torch.tensor(offset, dtype=torch.float32, device=sim.device)
         self._identity_actions = all(s == 1.0 for s in scale) and not any(offset)

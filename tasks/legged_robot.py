@@ -187,7 +187,9 @@ def _order_actuators(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
     """One position actuator per policy joint, in policy order, with the description's
     gains where it sets them."""
     on = {a.target: a for a in spec.actuators if a.trntype == mujoco.mjtTrn.mjTRN_JOINT}
-    if [a.target for a in spec.actuators] != list(robot.joints):
+    before = [a.target for a in spec.actuators]
+    if before != list(robot.joints):
+        _reorder_key_ctrl(spec, before, robot.joints)
         for j in robot.joints:  # re-add in policy order, then drop the originals
             old = on.get(j)
             if old is None:
@@ -217,6 +219,17 @@ def _order_actuators(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
             kp = a.gainprm[0] if robot.kp is None else robot.kp
             kd = -a.biasprm[2] if robot.kd is None else robot.kd
             a.gainprm[0], a.biasprm[1], a.biasprm[2] = kp, -kp, -kd
+
+
+def _reorder_key_ctrl(spec: mujoco.MjSpec, before: list[str], joints: tuple[str, ...]
+                      ) -> None:
+    """Keyframes' ctrl [nu] follow the actuators into policy order (0 for an added one; the
+    task sets ctrl from the action anyway); without this a subset of the MJCF's actuated
+    joints failed to compile on the keyframe's ctrl size."""
+    for key in spec.keys:
+        ctrl = list(key.ctrl)
+        if len(ctrl) == len(before):
+            key.ctrl = [ctrl[before.index(j)] if j in before else 0.0 for j in joints]
 
 
 def _touch_site(body: mujoco.MjsBody, g: mujoco.MjsGeom, name: str) -> None:

@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -112,6 +113,16 @@ def _import_file(path: Path, source: TaskSource) -> None:
     try:
         with _registering(source):
             spec.loader.exec_module(module)
+    except ValueError as e:  # the CLI prints a ValueError's message alone: say where it was
+        sys.modules.pop(name, None)
+        lines = [n for f, n in traceback.walk_tb(e.__traceback__)
+                 if f.f_code.co_filename == str(path)]
+        msg = f"{path}, line {lines[-1]}: {e}" if lines else f"{path}: {e}"
+        try:
+            again = type(e)(msg)  # the same kind (DuplicateTaskError stays one)
+        except Exception:  # noqa: BLE001 (a subclass with another constructor)
+            again = ValueError(msg)
+        raise again from e
     except BaseException:
         sys.modules.pop(name, None)
         raise

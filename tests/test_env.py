@@ -496,3 +496,11 @@ def test_a_config_subclass_without_its_own_dataclass_is_refused():
     with pytest.raises(TypeError, match=r"config class MyConfig .* without "
                                         r"@dataclass\(frozen=True\) of its own"):
         register("never-registered", entry.task_cls, undecorated(), "a slip")
+
+
+def test_an_action_affine_of_the_wrong_length_is_named():
+    """One scale short: the affine broadcast failed (or, for one number, silently scaled
+    every actuator alike) at the first step, far from the task's code."""
+    with pytest.raises(ValueError, match=r"action_affine must return \(scale, offset\) with "
+                                         r"one number per actuator \(1\), got 2 and 1"):
+        _cartpole_with(action_affine=lambda self, model: ((1.0, 2.0), (0.0,)))

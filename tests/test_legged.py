@@ -227,3 +227,15 @@ def test_a_foot_listed_without_its_mirror_foot_is_named():
     with pytest.raises(ValueError, match=r"site '\w+' has no mirror: its body 'LH_\w+' has 1 "
                                          r"sites and the mirror body 'RH_\w+' 0"):
         env.mirrors()
+
+
+def test_a_subset_of_the_actuated_joints_keeps_its_keyframe_controls():
+    """The policy drives 9 of the MJCF's 12 actuated joints: the keyframe's ctrl follows
+    its actuators into policy order (it kept the MJCF's 12 entries, and compiling failed
+    on its size)."""
+    robot = _external(joints=EXTERNAL_JOINTS[:9], mirror=())
+    model = _task(robot)(config_for(robot)).build().compile()
+    src = mujoco.MjModel.from_xml_path(str(EXTERNAL))
+    want = [src.key_ctrl[0, mujoco.mj_name2id(src, mujoco.mjtObj.mjOBJ_ACTUATOR, j)]
+            for j in EXTERNAL_JOINTS[:9]]
+    assert model.nu == 9 and np.array_equal(model.key_ctrl[0], want)

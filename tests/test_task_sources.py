@@ -142,3 +142,15 @@ def test_nproc_passes_the_task_file_to_every_worker(tmp_path):
                "--no-export", "--run-dir", str(run)], tmp_path, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert (run / "checkpoint.pt").is_file()
+
+
+def test_a_value_error_in_a_tasks_file_names_the_file_and_line(clean_registry, tmp_path):
+    """`trot ... --tasks FILE` prints a ValueError's message alone (no traceback), which
+    said what was wrong but not where: now it starts with the file and the line in it."""
+    path = tmp_path / "bad_robot.py"
+    path.write_text("from trot.tasks.legged_robot import LeggedRobot\n\n"
+                    "ROBOT = LeggedRobot(mjcf='x.xml', joints='hip', feet=('foot',), "
+                    "base='torso')\n")
+    with pytest.raises(ValueError, match=rf"{path}, line 3: LeggedRobot.joints must be a "
+                                         r"tuple of names"):
+        load_tasks(str(path))

@@ -91,6 +91,9 @@ def load_tasks(spec: str) -> TaskSource:
             _import_file(path, source)
             _loaded[key] = source
         return _loaded[key]
+    local = _working_dir_module(spec)
+    if local is not None:  # recorded by path: a later run from elsewhere finds it too
+        return load_tasks(str(local))
     if spec not in _loaded:
         source = TaskSource("module", spec)
         try:
@@ -103,6 +106,22 @@ def load_tasks(spec: str) -> TaskSource:
             raise
         _loaded[spec] = source
     return _loaded[spec]
+
+
+def _working_dir_module(spec: str) -> Path | None:
+    """The file of a top-level module `spec` that sits in the working directory, which
+    `python -m` puts on the path and a later `trot eval` run from elsewhere would not have;
+    None for anything else (a package module, an installed one, none at all)."""
+    if "." in spec or spec in sys.modules:
+        return None
+    try:
+        found = importlib.util.find_spec(spec)
+    except (ImportError, ValueError):
+        return None
+    origin = Path(found.origin) if found is not None and found.origin else None
+    if origin is None or origin.suffix != ".py" or found.submodule_search_locations:
+        return None
+    return origin if origin.resolve().parent == Path.cwd().resolve() else None
 
 
 def _import_file(path: Path, source: TaskSource) -> None:

@@ -154,3 +154,22 @@ def test_a_value_error_in_a_tasks_file_names_the_file_and_line(clean_registry, t
     with pytest.raises(ValueError, match=rf"{path}, line 3: LeggedRobot.joints must be a "
                                          r"tuple of names"):
         load_tasks(str(path))
+
+
+def test_a_module_in_the_working_directory_is_recorded_by_its_file(clean_registry, tmp_path,
+                                                                    monkeypatch):
+    """`python -m trot train ... --tasks my_tasks` from the module's folder: that folder is
+    on the path only there, so a run recorded as "module my_tasks" could not be evaluated
+    from anywhere else. It is recorded by its file and hash, and loads again by path."""
+    path = _task_file(tmp_path, "cwd-cartpole", filename="cwd_tasks_mod.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = load_tasks("cwd_tasks_mod")
+    assert src == TaskSource("file", str(path.resolve()),
+                             hashlib.sha256(path.read_bytes()).hexdigest())
+    assert registry.get_task("cwd-cartpole").source == src
+    monkeypatch.chdir(tmp_path.parent)  # elsewhere, with a fresh registry
+    monkeypatch.setattr(sources, "_loaded", {})
+    registry._REGISTRY.pop("cwd-cartpole")
+    load_recorded(src.to_json(), tmp_path / "run")
+    assert registry.get_task("cwd-cartpole").source == src

@@ -148,6 +148,10 @@ class Env:
         dims = {k: s.size for k, s in slices.items()}
         ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
         cdim, adim = task.command_dim, self.action_dim
+        for hook in ("policy_terms", "critic_terms"):
+            if not getattr(task, hook)():
+                raise ValueError(f"{type(task).__name__}.{hook}() is empty: the network needs "
+                                 "at least one observation term (trot.tasks.ObsTerm)")
         self.policy_layout = make_layout(task.policy_terms(), dims, cdim, adim)
         self.critic_layout = make_layout(task.critic_terms(), dims, cdim, adim)
         terms = task.policy_terms() + task.critic_terms()

@@ -504,3 +504,10 @@ def test_an_action_affine_of_the_wrong_length_is_named():
     with pytest.raises(ValueError, match=r"action_affine must return \(scale, offset\) with "
                                          r"one number per actuator \(1\), got 2 and 1"):
         _cartpole_with(action_affine=lambda self, model: ((1.0, 2.0), (0.0,)))
+
+
+def test_a_task_without_observation_terms_is_named():
+    """An empty policy_terms() built a 0-column observation and failed inside the network's
+    first layer (or its normalizer) far from the task."""
+    with pytest.raises(ValueError, match=r"Slipped.policy_terms\(\) is empty"):
+        _cartpole_with(policy_terms=lambda self: [])

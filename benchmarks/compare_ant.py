@@ -75,6 +75,11 @@ def run(name: str, cmd: list[str], log: Path, timeout_s: float) -> int:
     return rc
 
 
+def tail(log: Path, n: int = 20) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    return "\n".join(f"   {ln}" for ln in lines[-n:])
+
+
 def read_rows(path: Path, name: str) -> list[tuple[float, float, float | None, float]]:
     """(wall_s, env_steps, return or None, episodes) per logged row."""
     rows = []
@@ -211,7 +216,13 @@ def main(argv: list[str] | None = None) -> int:
             if run(name, cmds[name], out / f"{name}.log", 60 * a.minutes + 600) != 0:
                 failed.append(name)
         csvs = {n: out / CSV_NAME[n] for n in only}
-        print(f"\nresults in {out}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+        print(f"\nresults in {out}")
+        if failed:  # a table with a stack missing reads as a result: refuse to print one
+            for name in failed:
+                print(f"\n== {name} failed; the last lines of {out / f'{name}.log'}:")
+                print(tail(out / f"{name}.log"))
+            print(f"\ncompare_ant: failed: {', '.join(failed)}; no table", file=sys.stderr)
+            return 1
 
     print(f"\n## Ant-v5, {fmt_min(a.minutes)} of training each "
           f"({'105' if a.cfrc else '27'}-dim observation)\n")

@@ -34,3 +34,20 @@ def test_ceiling_starts_from_the_env_states_it_is_given():
             mujoco.mj_step(m, d)
         np.testing.assert_allclose(raw.out_s[i, -1, 1:1 + m.nq], d.qpos, atol=1e-6)
     raw.close()
+
+
+def test_compare_ant_fails_loudly_when_a_stack_fails(tmp_path):
+    """A stack that dies must fail the comparison with its last log lines, not leave a table
+    with its row missing (issue 54: trot's run died at once and the table went on)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_ant.py"
+    p = subprocess.run([sys.executable, str(script), "--only", "trot", "--minutes", "0.05",
+                        "--out-dir", str(tmp_path), "--trot-args=--no-such-flag"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "compare_ant: failed: trot; no table" in p.stderr
+    assert "no-such-flag" in p.stdout.split("== trot failed")[-1]
+    assert "| stack |" not in p.stdout

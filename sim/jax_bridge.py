@@ -89,14 +89,19 @@ def jax_device(device: torch.device) -> jax.Device:
 
 
 # ---------------------------------------------------------------------- torch <-> JAX
+# Empty buffers never cross DLPack: some producers reject them, and a zero-length copy is
+# one that CUDA refuses to put in a command buffer. Each side makes its own empty array.
 def to_jax(t: Tensor) -> jax.Array:
     """Zero-copy torch -> JAX (see the stream rule in the module docstring)."""
+    if t.numel() == 0:
+        dev = jax.devices("cpu")[0] if t.device.type == "cpu" else jax_device(t.device)
+        return jax.device_put(np.zeros(t.shape, dtype=_NUMPY_DTYPES[t.dtype]), dev)
     return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 
 def to_torch(a: jax.Array) -> Tensor:
     """Zero-copy JAX -> torch view (read-only by convention)."""
-    if a.size == 0:  # some DLPack producers reject empty buffers; nothing to share anyway
+    if a.size == 0:
         dev = next(iter(a.devices()))
         where = "cpu" if dev.platform == "cpu" else f"cuda:{dev.local_hardware_id}"
         return torch.zeros(a.shape, dtype=_TORCH_DTYPES[np.dtype(a.dtype)], device=where)
@@ -106,3 +111,4 @@ def to_torch(a: jax.Array) -> Tensor:
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.int32): torch.int32,
                  np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8,
                  np.dtype(np.float64): torch.float64, np.dtype(np.int64): torch.int64}
+_NUMPY_DTYPES = {t: d for d, t in _TORCH_DTYPES.items()}

@@ -51,11 +51,11 @@ from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
                            sensor_slices, sensor_view)
 from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
                                  to_jax, to_torch, warp_available)
-from trot.sim.mjx_programs import (WARP_GRAPH_ENV, _broadcast_data, _contact_sizes, _flat,
-                                   _programs, _put_model, _template_data,
-                                   _without_autoreset)
+from trot.sim.mjx_programs import (COMMAND_BUFFER_ENV, WARP_GRAPH_ENV, _broadcaster,
+                                   _contact_sizes, _flat, _programs, _put_model,
+                                   _template_data, _without_autoreset, compiler_options)
 
-__all__ = ["IMPLS", "IMPL_ENV", "WARP_GRAPH_ENV", "MjxSim", "jax_device", "resolve_impl",
+__all__ = ["COMMAND_BUFFER_ENV", "IMPLS", "IMPL_ENV", "WARP_GRAPH_ENV", "MjxSim", "jax_device", "resolve_impl",
            "to_jax", "to_torch", "warp_available"]
 
 RESET_SHARE = 16
@@ -74,7 +74,8 @@ _STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl", "qfrc_
 class MjxSim:
     """Batched MJX. See `trot.sim.base.BatchedSim` for the contract.
 
-    Extra attributes: `impl` ("jax" or "warp"), `compile_seconds` (wall time of the first
+    Extra attributes: `impl` ("jax" or "warp"), `xla_options` (the XLA compiler options of
+    its programs), `compile_seconds` (wall time of the first
     step + reset compilation; near 0 when this process already compiled them for an equal
     model and N), `compile_log` (the same per set of batched fields), `overflow` ([N] bool,
     Warp only: buffers overflowed since the env's reset) and `overflow_steps` (0-d int32
@@ -94,6 +95,7 @@ class MjxSim:
         njmax: int | None = None,
         warp_graph_mode: str | None = None,
         fields: Sequence[str] = (),
+        command_buffers: bool | None = None,
     ):
         """randomize: the model fields kept per env from the start (default: all of
         RANDOMIZABLE_FIELDS; see the module docstring). nconmax / njmax (Warp only): contact
@@ -102,7 +104,9 @@ class MjxSim:
         warp_graph_mode (Warp only; else $TROT_MJX_WARP_GRAPH, else MJX's default): how the
         Warp calls capture CUDA graphs, a name of `mujoco.mjx.warp.types.GraphMode`
         (WARP_STAGED avoids re-captures when XLA moves buffers between calls). fields: MjData
-        fields to track for `data(name)` (see `BatchedSim.data`)."""
+        fields to track for `data(name)` (see `BatchedSim.data`). command_buffers (CUDA
+        only; else $TROT_XLA_COMMAND_BUFFERS == "1", else off): compile the programs with
+        XLA's command buffers (see `mjx_programs.compiler_options`)."""
         if num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
         if substeps <= 0:
@@ -113,6 +117,7 @@ class MjxSim:
         self.device = resolve_device(device)  # 'cuda' -> 'cuda:K', as the tensors say
         self.impl = resolve_impl(self.device, impl)
         self._jdev = jax_device(self.device)
+        self.xla_options = compiler_options(self._jdev.platform, command_buffers)
         self._sensors = sensor_slices(model)
 
         self.nconmax, self.njmax, kw = _contact_sizes(model, self.impl, n, nconmax, njmax)
@@ -135,7 +140,7 @@ class MjxSim:
 
         # state: the batched mjx.Data as flat leaves (see _Structure)
         qpos0 = jax.device_put(np.tile(model.qpos0.astype(np.float32), (n, 1)), self._jdev)
-        self._ds, self._d_leaves = _flat(_broadcast_data(d0, qpos0))
+        self._ds, self._d_leaves = _flat(_broadcaster(self.xla_options)(d0, qpos0))
         paths = jax.tree_util.tree_flatten_with_path(self._data())[0]
         self._idx = {_attr_name(p): i for i, (p, _) in enumerate(paths)}
         self._track(fields)
@@ -205,7 +210,8 @@ class MjxSim:
 
     # ------------------------------------------------------------------ programs
     def _fns(self):
-        return _programs(self.substeps, tuple(self._params), self._rne, self.reset_capacity)
+        return _programs(self.substeps, tuple(self._params), self._rne, self.reset_capacity,
+                         self.xla_options)
 
     def _tables(self) -> tuple[jax.Array, ...]:
         return tuple(self._params.values())

@@ -18,6 +18,27 @@ from mujoco import mjx
 from trot.sim.base import MAX_STATE_VALUE
 
 WARP_GRAPH_ENV = "TROT_MJX_WARP_GRAPH"  # MJX-Warp CUDA-graph mode: WARP (default), WARP_STAGED, ...
+COMMAND_BUFFER_ENV = "TROT_XLA_COMMAND_BUFFERS"  # "1": keep XLA's CUDA command buffers on
+
+# XLA's command buffers (CUDA graphs of a program's kernels and copies) failed every MJX step
+# program on the first H200 run (JAX 0.11.2, CUDA 13): "Failed to set memcpy D2D node
+# params: CUDA_ERROR_INVALID_VALUE". They are turned off per program, never by XLA_FLAGS
+# (process-wide); the CPU compiler does not know the option, so it is passed on GPUs only.
+_NO_COMMAND_BUFFERS = (("xla_gpu_enable_command_buffer", ""),)
+
+
+def compiler_options(platform: str, command_buffers: bool | None = None) -> tuple:
+    """The XLA options trot's mjx programs compile with on a JAX device platform ("cpu",
+    "gpu"), as a hashable tuple of (name, value). command_buffers: keep XLA's command
+    buffers on a GPU (default: $TROT_XLA_COMMAND_BUFFERS == "1", else off)."""
+    if command_buffers is None:
+        command_buffers = os.environ.get(COMMAND_BUFFER_ENV, "") == "1"
+    return _NO_COMMAND_BUFFERS if platform == "gpu" and not command_buffers else ()
+
+
+def _jit(fn, options: tuple, **kw):
+    """jax.jit with per-program XLA options (none: JAX's defaults)."""
+    return jax.jit(fn, compiler_options=dict(options) or None, **kw)
 
 # MuJoCo Warp's per-world overflow bitmask (mujoco_warp OverflowType): the bits that mean a
 # fixed-size buffer was too small and contacts or constraints were dropped. (ITERATIONS and
@@ -81,7 +102,7 @@ def _with_params(m, fields: tuple[str, ...], params: tuple):
 
 @cache
 def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False,
-              capacity: int | None = None):
+              capacity: int | None = None, options: tuple = ()):
     """(step, reset) for one number of substeps and one set of batched model fields. Module
     level, so sims with equal model structure and N share compiled programs. Models and
     data travel as flat leaves with their structure as a static argument (see _Structure);
@@ -90,7 +111,8 @@ def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False,
     rne: complete cacc/cfrc_int/cfrc_ext after each step and reset (RNE_POST_FIELDS).
     capacity: reset at most this many envs by gathering them (kinematics and sensors of
     those rows only) and the whole batch only where more end in one step; None: forward
-    the whole batch on every reset (MuJoCo Warp, whose data rows share buffers)."""
+    the whole batch on every reset (MuJoCo Warp, whose data rows share buffers).
+    options: XLA compiler options (`compiler_options`)."""
 
     def step_one(m, d, ctrl):
         d = d.replace(ctrl=ctrl)
@@ -141,7 +163,8 @@ def _programs(substeps: int, fields: tuple[str, ...], rne: bool = False,
             d = jax.lax.switch(branch, (lambda d: d, gathered, everyone), d)
         return jax.tree_util.tree_leaves(d), unstable & ~mask, _overflow(d, mask.shape[0])
 
-    return jax.jit(step, static_argnums=(0, 1)), jax.jit(reset, static_argnums=(0, 1, 2))
+    return (_jit(step, options, static_argnums=(0, 1)),
+            _jit(reset, options, static_argnums=(0, 1, 2)))
 
 
 def _overflow(d, n: int) -> jax.Array:
@@ -153,10 +176,11 @@ def _overflow(d, n: int) -> jax.Array:
     return (flags.reshape(n, -1) & BUFFER_OVERFLOW_BITS).any(axis=1)
 
 
-@jax.jit
-def _broadcast_data(d0, qpos):
-    """An [N]-batched copy of the template data (vmap keeps MJX-Warp's shared buffers)."""
-    return jax.vmap(lambda q: d0.replace(qpos=q))(qpos)
+@cache
+def _broadcaster(options: tuple = ()):
+    """A program that makes an [N]-batched copy of the template data from [N, nq] qpos (vmap
+    keeps MJX-Warp's shared buffers)."""
+    return _jit(lambda d0, qpos: jax.vmap(lambda q: d0.replace(qpos=q))(qpos), options)
 
 
 # ---------------------------------------------------------------------- placing the model

@@ -12,10 +12,11 @@ import dataclasses
 import os
 
 import pytest
+from extras import need
 import torch
 
-pytest.importorskip("jax")
-pytest.importorskip("mujoco.mjx")
+need("jax")
+need("mujoco.mjx")
 
 import trot  # noqa: E402
 from trot.tasks.registry import get_task  # noqa: E402

@@ -9,9 +9,10 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from extras import need
 import torch
 
-gymnasium = pytest.importorskip("gymnasium")
+gymnasium = need("gymnasium")
 
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics

@@ -6,9 +6,10 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from extras import need
 import torch
 
-gymnasium = pytest.importorskip("gymnasium")
+gymnasium = need("gymnasium")
 
 import trot
 from trot.sim.cpu import CpuSim
@@ -130,8 +131,8 @@ BALL = """<mujoco><option timestep="0.005"/>
 def test_mjx_data_fields_agree_with_cpu():
     """The same tracked fields on MJX (jax impl, float32): a ball settling on the floor (a
     contact force in cfrc_ext) next to a driven arm (cacc)."""
-    pytest.importorskip("jax")
-    pytest.importorskip("mujoco.mjx")
+    need("jax")
+    need("mujoco.mjx")
     from trot.sim.mjx import MjxSim
 
     model = mujoco.MjModel.from_xml_string(BALL)

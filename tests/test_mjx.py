@@ -23,10 +23,11 @@ import time
 import mujoco
 import numpy as np
 import pytest
+from extras import need
 import torch
 
-jax = pytest.importorskip("jax")
-pytest.importorskip("mujoco.mjx")
+jax = need("jax")
+need("mujoco.mjx")
 
 import trot  # noqa: E402
 from trot.agents.config import PPOConfig  # noqa: E402
@@ -166,16 +167,16 @@ def _count_eqns(jaxpr) -> int:
 
 def test_program_size_does_not_grow_with_num_envs(model):
     """vmap: the traced step program is the same size for any N (so is its compile time)."""
-    from trot.sim.mjx_programs import _broadcast_data, _flat, _programs
+    from trot.sim.mjx_programs import _broadcaster, _flat
 
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
-    step, _ = _programs(SUBSTEPS, sim.randomized_fields)
+    step, _ = sim._fns()
 
     def size(n: int) -> int:  # trace only: nothing is compiled for this n
         ms, m_leaves = _flat(sim._mx)
         tables = tuple(v[:n] for v in sim._params.values())
         d0 = sim._d0s.treedef.unflatten(sim._d0_leaves)
-        ds, d_leaves = _flat(_broadcast_data(d0, sim._leaf("qpos")[:n]))
+        ds, d_leaves = _flat(_broadcaster(sim.xla_options)(d0, sim._leaf("qpos")[:n]))
         traced = step.trace(ms, ds, m_leaves, tables, d_leaves, sim._unstable[:n],
                             sim._overflow_steps, jax.numpy.zeros((n, model.nu)))
         return _count_eqns(traced.jaxpr.jaxpr)
@@ -519,7 +520,7 @@ def test_training_resume_is_bitwise_identical(tmp_path):
 
 
 # ---------------------------------------------------------------------------- CUDA streams
-@pytest.mark.skipif(DEV.type != "cuda", reason="stream ordering needs a GPU "
+@pytest.mark.skipif(DEV.type != "cuda", reason="needs a CUDA GPU: stream ordering "
                     "(TROT_TEST_DEVICE=cuda)")
 def test_cuda_handoff_is_stream_ordered(model):
     """A missing stream dependency shows up as stale data. torch -> JAX: the action is

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -89,3 +90,28 @@ def test_torchrun_from_the_clone_root_with_a_regular_install(regular_install, tm
                    timeout=240)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert (run_dir / "checkpoint.pt").is_file()
+
+
+def test_the_extras_table_names_extras_that_bring_those_modules():
+    """tests/extras.py maps import names to pyproject's extras; the skip reasons, and the
+    newcomer leg of `.ci/run`, trust it. The bug: an extra renamed in pyproject, or a module
+    attributed to an extra that does not bring it."""
+    import importlib.metadata as md
+    import re
+    import tomllib
+
+    from extras import EXTRA_OF
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    dists = md.packages_distributions()
+    for module, extra in EXTRA_OF.items():
+        assert extra in extras, f"{module}: no extra {extra!r} in pyproject ({sorted(extras)})"
+        wanted = {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower().replace("_", "-")
+                  for r in extras[extra]}
+        top = module.split(".")[0]
+        provided = {d.lower().replace("_", "-") for d in dists.get(top, [])}
+        if module == "mujoco.mjx":
+            provided = {"mujoco-mjx"} if importlib.util.find_spec("mujoco.mjx") else set()
+        if provided:  # installed here: one of its distributions is in the extra
+            assert provided & wanted, f"{module} comes from {provided}, not from [{extra}]"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+from extras import need
 import torch
 
-pytest.importorskip("rl_games")
+need("rl_games")
 
 from rl_games.common import vecenv
 

@@ -1,0 +1,62 @@
+"""The README's Quick-start commands, read from the README itself so CI cannot drift from it.
+
+    python .ci/readme.py commands     # each command line of the section's bash blocks
+    python .ci/readme.py check LOG --allow REGEX...
+
+`check` reads a log of those commands' output and fails (exit 1, saying why) unless pytest's
+closing line shows no failure or error and every skip reason (pytest's -ra summary) matches
+one of the allowed patterns.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SECTION = "## Quick start"
+
+
+def commands(text: str) -> list[str]:
+    """Every non-comment line of the ```bash blocks between SECTION and the next heading."""
+    body = text.split(SECTION, 1)[1]
+    body = re.split(r"^## ", body, maxsplit=1, flags=re.M)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", body, flags=re.S)
+    lines = [ln.strip() for b in blocks for ln in b.splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def check(log: str, allowed: list[str]) -> list[str]:
+    """The problems in a pytest log: no closing line, failures, errors, unexpected skips."""
+    summary = re.findall(r"^=+ (.*\b(?:passed|failed|error|errors|skipped)\b.*) in [\d.]+s"
+                         r"(?: \([^)]*\))? =+$", log, flags=re.M)
+    if not summary:
+        return ["no pytest closing line in the log"]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", summary[-1])}
+    problems = [f"{counts[k]} {k}" for k in ("failed", "error", "errors") if counts.get(k)]
+    if not counts.get("passed"):
+        problems.append("no test passed")
+    for n, where, reason in re.findall(r"^SKIPPED \[(\d+)\] ([^:]+:\d+): (.*)$", log, re.M):
+        if not any(re.search(p, reason) for p in allowed):
+            problems.append(f"unexpected skip ({n}x, {where}): {reason}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["commands"]:
+        print("\n".join(commands(README.read_text())))
+        return 0
+    if len(argv) >= 2 and argv[0] == "check":
+        allowed = argv[3:] if argv[2:3] == ["--allow"] else []
+        log = Path(argv[1]).read_text(errors="replace")
+        problems = check(log, allowed)
+        for p in problems:
+            print(f"ci: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -2,6 +2,7 @@
 
     python .ci/readme.py commands     # each command line of the section's bash blocks
     python .ci/readme.py check LOG --allow REGEX...
+    python .ci/readme.py total LOG...   # one closing line, summed over the logs
 
 `check` reads a log of those commands' output and fails (exit 1, saying why) unless pytest's
 closing line shows no failure or error and every skip reason (pytest's -ra summary) matches
@@ -27,15 +28,20 @@ def commands(text: str) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
+def counts(log: str) -> dict[str, int] | None:
+    """pytest's closing line as {"passed": n, "skipped": n, ...}; None without one."""
+    summary = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed|skipped|errors?)\b.*) in [\d.]+s"
+                         r"(?: \([^)]*\))?(?: =+)?$", log, flags=re.M)
+    return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", summary[-1])} if summary else None
+
+
 def check(log: str, allowed: list[str]) -> list[str]:
     """The problems in a pytest log: no closing line, failures, errors, unexpected skips."""
-    summary = re.findall(r"^=+ (.*\b(?:passed|failed|error|errors|skipped)\b.*) in [\d.]+s"
-                         r"(?: \([^)]*\))? =+$", log, flags=re.M)
-    if not summary:
+    seen = counts(log)
+    if seen is None:
         return ["no pytest closing line in the log"]
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", summary[-1])}
-    problems = [f"{counts[k]} {k}" for k in ("failed", "error", "errors") if counts.get(k)]
-    if not counts.get("passed"):
+    problems = [f"{seen[k]} {k}" for k in ("failed", "error", "errors") if seen.get(k)]
+    if not seen.get("passed"):
         problems.append("no test passed")
     for n, where, reason in re.findall(r"^SKIPPED \[(\d+)\] ([^:]+:\d+): (.*)$", log, re.M):
         if not any(re.search(p, reason) for p in allowed):
@@ -54,6 +60,12 @@ def main(argv: list[str]) -> int:
         for p in problems:
             print(f"ci: {p}", file=sys.stderr)
         return 1 if problems else 0
+    if argv[:1] == ["total"]:  # one closing line over several logs
+        runs = [counts(Path(p).read_text(errors="replace")) or {} for p in argv[1:]]
+        total = {k: sum(r.get(k, 0) for r in runs) for k in ("passed", "failed", "skipped")}
+        print(f"ci: {total['passed']} passed, {total['failed']} failed, "
+              f"{total['skipped']} skipped")
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -164,9 +164,13 @@ def main() -> int:
     device = resolve_device(a.device)
     sizes = [int(s) for s in a.sizes.split(",") if s]
 
-    import jax
     import mujoco
 
+    try:  # Sebulba (--sim cpu) needs no JAX: a broken JAX must not stop its rows
+        import jax
+        jax_info = f"jax={jax.__version__} jax_devices={jax.devices()}"
+    except Exception as e:  # noqa: BLE001
+        jax_info = f"jax unusable ({type(e).__name__}: {e})"
     lines: list[str] = []
 
     def say(s: str = "") -> None:
@@ -174,8 +178,8 @@ def main() -> int:
         lines.append(s)
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    say(f"task={a.task} device={device} ({gpu}) torch={torch.__version__} jax={jax.__version__}"
-        f" jax_devices={jax.devices()} mujoco={mujoco.__version__} cpus={os.cpu_count()}")
+    say(f"task={a.task} device={device} ({gpu}) torch={torch.__version__} {jax_info}"
+        f" mujoco={mujoco.__version__} cpus={os.cpu_count()}")
     rows = []
     for n in sizes:
         row = measure(a, n, device)

@@ -4,12 +4,14 @@ its error's first line, from plain JAX up to trot's own mjx env:
   1. jax          a jitted program on JAX-made arrays
   2. mjx          jit(vmap(mjx.step)) of a pendulum on JAX-made arrays
   3. mjx+dlpack   the same with the state imported from torch (DLPack) and read back
-  4. trot         make_env("cartpole-balance", sim="mjx") stepping with torch actions
+  4. trot         make_env("cartpole-balance", sim="mjx") stepping with torch actions, its
+                  programs as trot compiles them (on CUDA: XLA's command buffers off)
+  5. trot+cb      the same with the command buffers on (TROT_XLA_COMMAND_BUFFERS=1)
 
-On the H200 (2026-12-04, JAX 0.11.2, CUDA 13, torch 2.11) trot's step program failed with
-"CUDA error: Failed to set memcpy D2D node params: CUDA_ERROR_INVALID_VALUE" (XLA's command
-buffers: CUDA graphs). benchmarks/gpu_check.sh runs this first and, where stage 4 fails,
-again with XLA's command buffers off, and keeps whichever works for the rest of the check.
+Stages 2 and 3 run with XLA's defaults (command buffers on). On the H200 (2026-12-04, JAX
+0.11.2, CUDA 13, torch 2.11) trot's step program failed with "CUDA error: Failed to set
+memcpy D2D node params: CUDA_ERROR_INVALID_VALUE" (XLA's command buffers: CUDA graphs);
+stage 5 says whether they still cause it. benchmarks/gpu_check.sh runs this first.
 
     python benchmarks/gpu_probe.py --device cuda     # exit 0 iff stage 4 ran
 """
@@ -76,7 +78,21 @@ def _trot(device) -> str:
     for _ in range(10):
         a = torch.rand(64, env.action_dim, generator=gen, device=env.device) * 2 - 1
         res = env.step(a)
-    return f"impl {env.sim.impl}, reward mean {float(res.reward.mean()):.4f}"
+    return (f"impl {env.sim.impl}, XLA options {dict(env.sim.xla_options)}, reward mean "
+            f"{float(res.reward.mean()):.4f}")
+
+
+def _trot_command_buffers(device) -> str:
+    from trot.sim.mjx import COMMAND_BUFFER_ENV
+    saved = os.environ.get(COMMAND_BUFFER_ENV)
+    os.environ[COMMAND_BUFFER_ENV] = "1"  # read when the sim is built: its programs only
+    try:
+        return _trot(device)
+    finally:
+        if saved is None:
+            os.environ.pop(COMMAND_BUFFER_ENV)
+        else:
+            os.environ[COMMAND_BUFFER_ENV] = saved
 
 
 def main() -> int:
@@ -90,7 +106,8 @@ def main() -> int:
     jdev = jax_device(device)
     print(f"probe on {device} / {jdev}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     stages = [("jax", lambda: _jax(jdev)), ("mjx", lambda: _mjx(jdev)),
-              ("mjx+dlpack", lambda: _mjx_dlpack(jdev, device)), ("trot", lambda: _trot(device))]
+              ("mjx+dlpack", lambda: _mjx_dlpack(jdev, device)), ("trot", lambda: _trot(device)),
+              ("trot+cb", lambda: _trot_command_buffers(device))]
     ok = {}
     for name, run in stages:
         try:

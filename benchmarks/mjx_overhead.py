@@ -10,8 +10,11 @@ stepped), with the task's randomization and pushes on:
     tables, called `--steps` times back to back with the same controls (no task, no resets);
   * env: `Env.step` with the same controls (task observations, rewards, resets, pushes,
     domain randomization at reset).
-It prints both in ms per control step and their ratio bare / env (1.0: no overhead), best
-of `--repeats` interleaved rounds (the least disturbed by other load).
+  * independent: a bare program that shares nothing with trot's: `jit(vmap(substeps x
+    mjx.step))` of `mjx.put_model` of the task's MjModel (no per-env tables), every env at
+    the model's home keyframe (its first keyframe, else qpos0), the same controls.
+It prints each in ms per control step and the ratios bare / env and independent / env (1.0:
+no overhead), best of `--repeats` interleaved rounds (the least disturbed by other load).
 """
 
 from __future__ import annotations
@@ -45,6 +48,23 @@ def bare_program(sim):
         return jax.tree_util.tree_leaves(d)
 
     return step
+
+
+def independent_program(model, n: int, substeps: int, jdev):
+    """(step, data): jit(vmap(substeps x mjx.step)) of the plain model, [n] envs at home."""
+    import numpy as np
+
+    mx = mjx.put_model(model, device=jdev)
+    qpos = model.key_qpos[0] if model.nkey else model.qpos0
+    d0 = mjx.make_data(model, device=jdev)
+    batch = jax.vmap(lambda q: d0.replace(qpos=q))(
+        jax.device_put(np.tile(qpos.astype(np.float32), (n, 1)), jdev))
+
+    def one(d, ctrl):
+        d = d.replace(ctrl=ctrl)
+        return jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=substeps)[0]
+
+    return jax.jit(jax.vmap(one)), batch
 
 
 def main() -> None:
@@ -85,12 +105,24 @@ def main() -> None:
         float(env.sim.qpos.sum())  # one sync: everything queued has run
         return (time.perf_counter() - t) / a.steps
 
-    rounds = [(time_bare(), time_env()) for _ in range(a.repeats)]
-    b, e = min(r[0] for r in rounds), min(r[1] for r in rounds)
+    ind, ind_d = independent_program(sim.model, a.num_envs, sim.substeps, sim._jdev)
+    jax.block_until_ready(ind(ind_d, ctrl))
+
+    def time_independent() -> float:
+        d = ind_d
+        t = time.perf_counter()
+        for _ in range(a.steps):
+            d = ind(d, ctrl)
+        jax.block_until_ready(d)
+        return (time.perf_counter() - t) / a.steps
+
+    rounds = [(time_bare(), time_independent(), time_env()) for _ in range(a.repeats)]
+    b, i, e = (min(r[k] for r in rounds) for k in range(3))
     print(f"task={a.task} N={a.num_envs} device={dev} impl={sim.impl} substeps={sim.substeps} "
           f"reset_capacity={sim.reset_capacity} jax={jax.__version__}")
-    print(f"bare physics {1e3 * b:8.2f} ms/step   env.step {1e3 * e:8.2f} ms/step   "
-          f"ratio bare/env {b / e:.2f}   (best of {a.repeats} x {a.steps} steps)")
+    print(f"bare physics {1e3 * b:8.2f} ms/step   independent bare {1e3 * i:8.2f} ms/step   "
+          f"env.step {1e3 * e:8.2f} ms/step   (best of {a.repeats} x {a.steps} steps)")
+    print(f"ratio bare/env {b / e:.2f}   ratio independent/env {i / e:.2f}")
 
 
 if __name__ == "__main__":

@@ -274,6 +274,8 @@ class MjxSim:
         if tuple(qpos.shape) != (n, m.nq) or tuple(qvel.shape) != (n, m.nv):
             raise ValueError(f"qpos/qvel must have shapes {(n, m.nq)}/{(n, m.nv)}, got "
                              f"{tuple(qpos.shape)}/{tuple(qvel.shape)}")
+        if _known_empty(mask):  # as the cpu backend does: no program for nothing to reset
+            return
         inputs = (mask.to(self.device, torch.bool).contiguous(),
                   qpos.to(self.device, torch.float32).contiguous(),
                   qvel.to(self.device, torch.float32).contiguous())
@@ -317,6 +319,8 @@ class MjxSim:
         if tuple(mask.shape) != (self.num_envs,):
             raise ValueError(f"mask must have shape {(self.num_envs,)}, got {tuple(mask.shape)}")
         new_field = field not in self._params
+        if not new_field and _known_empty(mask):
+            return
         table = to_torch(self._base_table(field) if new_field else self._params[field])
         rows = mask.to(self.device, torch.bool).reshape(-1, *([1] * len(shape)))
         # in torch, on its stream: no program of its own, no model re-flatten; the programs
@@ -366,6 +370,13 @@ class MjxSim:
         self._unstable = jax.device_put(np.zeros(self.num_envs, dtype=bool), self._jdev)
         self._overflow = self._unstable
         self._refresh()
+
+
+def _known_empty(mask: Tensor) -> bool:
+    """The mask selects no env, where reading it costs no device sync: a host tensor (the
+    JAX CPU backend), whose value torch has already computed. On a GPU the programs run
+    with an empty mask instead (one launch, no sync)."""
+    return mask.device.type == "cpu" and not bool(mask.any())
 
 
 def _attr_name(path) -> str:

@@ -135,13 +135,18 @@ def test_go1_env_step_is_two_xla_executions_without_flattens_or_transfers(monkey
         monkeypatch.setattr(pxla.ExecuteReplicated, "__call__", counted)
         monkeypatch.setattr(jax.tree_util, "tree_flatten", flat)
         gen = torch.Generator().manual_seed(0)
-        ended = 0
+        ended, resetting = 0, 0
         with jax.transfer_guard("disallow_explicit"):
             for _ in range(20):  # 0.2 s episodes: every env resets at least once
                 res = env.step((0.5 * (2 * torch.rand(4, 12, generator=gen) - 1)).to(env.device))
-                ended += int((res.terminated | res.truncated).sum())
-        assert ended >= 4
-        assert runs[0] == 2 * 20, runs[0]
+                done = res.terminated | res.truncated
+                ended += int(done.sum())
+                resetting += bool(done.any())
+        assert ended >= 4 and 0 < resetting < 20
+        # on the CPU the host knows for free when no env ended, and the reset program is
+        # skipped then (sim/mjx.py `_known_empty`); on a GPU it runs with an empty mask
+        want = 20 + (resetting if env.device.type == "cpu" else 20)
+        assert runs[0] == want, (runs[0], want)
         assert flats[0] == 0
     finally:
         torch.set_num_threads(threads)

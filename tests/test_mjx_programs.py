@@ -70,6 +70,7 @@ def cpu_sim():
         return real(fn, **kw)
 
     model = mujoco.MjModel.from_xml_string(XML)
+    _broadcaster.cache_clear()  # built afresh here, whatever ran before
     saved = os.environ.pop(COMMAND_BUFFER_ENV, None)
     jax.jit = spy
     try:

@@ -141,14 +141,27 @@ def test_feet_air_time_by_hand():
 
 
 def test_env_terms_are_weight_times_dt_times_term():
+    """The reward is the clamped sum of its terms, and two terms are checked against
+    the config's weights, the control dt and the raw sensors, computed here. The bugs: a
+    wrong weight or dt on a term, a term left out of the total, the clamp dropped."""
     env = make(3)
     env.reset()
     env.step(torch.zeros(3, 12))
     env.step(torch.full((3, 12), 0.3))
     total, terms = _last_terms(env)
+    cfg, dt, sim = env.task.config, env.control_dt, env.sim
+    torque_sq = sum(sim.sensor(f"{j}_torque")[:, 0].double() ** 2 for j in go1.JOINTS)
+    up = sim.sensor("upvector").double()  # gravity in the base frame is -upvector
+    torch.testing.assert_close(terms["torques"].double(), cfg.w_torques * dt * torque_sq,
+                               rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(terms["orientation"].double(),
+                               cfg.w_orientation * dt * (up[:, 0] ** 2 + up[:, 1] ** 2),
+                               rtol=1e-5, atol=1e-9)
     assert (terms["torques"] < 0).all()
-    assert (terms.pop("termination") == 0).all()  # standing: no fall
-    assert torch.allclose(total, torch.stack(list(terms.values())).sum(0).clamp(min=0))
+    assert (terms["termination"] == 0).all()  # standing: no fall
+    summed = torch.stack(list(terms.values())).sum(0)
+    torch.testing.assert_close(total, summed.clamp(min=0))
+    assert (summed < 0).any() or (summed > 0).all()  # the clamp is exercised or moot
 
 
 def test_torque_orientation_and_energy_terms_on_a_hand_set_state():

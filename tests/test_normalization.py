@@ -25,13 +25,19 @@ def test_running_stats_match_numpy_over_concatenation() -> None:
     assert rms.mean.dtype == rms.var.dtype == torch.float64
 
 
-def test_forward_matches_formula_and_keeps_dtype() -> None:
+def test_forward_normalizes_by_the_data_seen_and_keeps_dtype() -> None:
+    """Two updates, then forward, against numpy's mean and population variance of all the
+    rows seen (not the module's own statistics). The bugs: a merge that weights the batches
+    wrongly or uses the sample variance, a forward that divides by var instead of its root
+    or forgets eps or the clip, a float64 output from float64 statistics."""
     rng = np.random.default_rng(1)
-    rms = RunningMeanStd(4, eps=1e-8, clip=2.0)
-    rms.update(torch.from_numpy(rng.normal(1.0, 0.5, size=(100, 4))))
-    x = rng.normal(1.0, 2.0, size=(50, 4)).astype(np.float32)  # wide enough that some clip
-    mean, var = rms.mean.numpy(), rms.var.numpy()
-    expected = np.clip((x - mean) / np.sqrt(var + 1e-8), -2.0, 2.0)
+    a, b = rng.normal(1.0, 0.5, size=(100, 4)), rng.normal(3.0, 1.5, size=(60, 4))
+    rms = RunningMeanStd(4, eps=1e-2, clip=2.0)
+    rms.update(torch.from_numpy(a))
+    rms.update(torch.from_numpy(b))
+    seen = np.concatenate([a, b])
+    x = rng.normal(1.5, 3.0, size=(50, 4)).astype(np.float32)  # wide enough that some clip
+    expected = np.clip((x - seen.mean(0)) / np.sqrt(seen.var(0) + 1e-2), -2.0, 2.0)
     out = rms(torch.from_numpy(x))
     assert out.dtype == torch.float32
     assert (np.abs(expected) == 2.0).any() and (np.abs(expected) < 2.0).any()

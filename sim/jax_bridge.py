@@ -94,8 +94,8 @@ def jax_device(device: torch.device) -> jax.Device:
 def to_jax(t: Tensor) -> jax.Array:
     """Zero-copy torch -> JAX (see the stream rule in the module docstring)."""
     if t.numel() == 0:
-        dev = jax.devices("cpu")[0] if t.device.type == "cpu" else jax_device(t.device)
-        return jax.device_put(np.zeros(t.shape, dtype=_NUMPY_DTYPES[t.dtype]), dev)
+        return jax.device_put(np.zeros(t.shape, dtype=_NUMPY_DTYPES[t.dtype]),
+                              jax_device(t.device))
     return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 

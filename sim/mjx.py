@@ -47,16 +47,38 @@ import torch
 from torch import Tensor
 
 from trot.sim import resolve_device
-from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field,
-                           sensor_slices, sensor_view)
-from trot.sim.jax_bridge import (_TORCH_DTYPES, IMPL_ENV, IMPLS, jax_device, resolve_impl,
-                                 to_jax, to_torch, warp_available)
-from trot.sim.mjx_programs import (COMMAND_BUFFER_ENV, WARP_GRAPH_ENV, _broadcaster,
-                                   _contact_sizes, _flat, _programs, _put_model,
-                                   _template_data, _without_autoreset, compiler_options)
+from trot.sim.base import (
+    RANDOMIZABLE_FIELDS,
+    RNE_POST_FIELDS,
+    check_field,
+    sensor_slices,
+    sensor_view,
+)
+from trot.sim.jax_bridge import (
+    _TORCH_DTYPES,
+    IMPL_ENV,
+    IMPLS,
+    jax_device,
+    resolve_impl,
+    to_jax,
+    to_torch,
+    warp_available,
+)
+from trot.sim.mjx_programs import (
+    COMMAND_BUFFER_ENV,
+    WARP_GRAPH_ENV,
+    _broadcaster,
+    _contact_sizes,
+    _flat,
+    _programs,
+    _put_model,
+    _template_data,
+    _without_autoreset,
+    compiler_options,
+)
 
-__all__ = ["COMMAND_BUFFER_ENV", "IMPLS", "IMPL_ENV", "WARP_GRAPH_ENV", "MjxSim", "jax_device", "resolve_impl",
-           "to_jax", "to_torch", "warp_available"]
+__all__ = ["COMMAND_BUFFER_ENV", "IMPLS", "IMPL_ENV", "WARP_GRAPH_ENV", "MjxSim", "jax_device",
+           "resolve_impl", "to_jax", "to_torch", "warp_available"]
 
 RESET_SHARE = 16
 """MJX-JAX resets up to N / RESET_SHARE envs per step by gathering them (their forward

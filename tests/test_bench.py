@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import mujoco
 import numpy as np
 import torch
@@ -39,10 +43,6 @@ def test_ceiling_starts_from_the_env_states_it_is_given():
 def test_compare_ant_fails_loudly_when_a_stack_fails(tmp_path):
     """A stack that dies must fail the comparison with its last log lines, not leave a table
     with its row missing (issue 54: trot's run died at once and the table went on)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_ant.py"
     p = subprocess.run([sys.executable, str(script), "--only", "trot", "--minutes", "0.05",
                         "--out-dir", str(tmp_path), "--trot-args=--no-such-flag"],

@@ -11,9 +11,8 @@ would part them from the first step. Compiling the Go1 for MJX's JAX implementat
 import dataclasses
 import os
 
-import pytest
-from extras import need
 import torch
+from extras import need
 
 need("jax")
 need("mujoco.mjx")

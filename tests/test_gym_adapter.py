@@ -9,8 +9,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
-from extras import need
 import torch
+from extras import need
 
 gymnasium = need("gymnasium")
 

@@ -23,11 +23,14 @@ import time
 import mujoco
 import numpy as np
 import pytest
-from extras import need
 import torch
+from extras import need
 
 jax = need("jax")
 need("mujoco.mjx")
+
+from test_env import _check_guard, _obs_from_sensordata  # noqa: E402
+from test_sim_cpu import check_set_params_rejects_bad_input, check_state_dict_round_trip  # noqa: E402
 
 import trot  # noqa: E402
 from trot.agents.config import PPOConfig  # noqa: E402
@@ -37,9 +40,6 @@ from trot.sim.base import RANDOMIZABLE_FIELDS  # noqa: E402
 from trot.sim.cpu import CpuSim  # noqa: E402
 from trot.sim.mjx import IMPL_ENV, MjxSim, resolve_impl, to_jax, warp_available  # noqa: E402
 from trot.tasks.registry import compile_model, get_task  # noqa: E402
-from test_env import _check_guard, _obs_from_sensordata  # noqa: E402
-from test_sim_cpu import (check_set_params_rejects_bad_input,  # noqa: E402
-                          check_state_dict_round_trip)
 
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir",
@@ -494,7 +494,6 @@ def test_training_resume_is_bitwise_identical(tmp_path):
     from pathlib import Path
 
     from trot.agents.trainer import resume_run
-
     from trot.config import save_json
 
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16),

@@ -28,17 +28,21 @@ XML = """<mujoco><worldbody><body><freejoint/><geom size='0.1' mass='1'/></body>
 <actuator><motor joint='hinge'/></actuator></mujoco>"""
 
 
-@pytest.fixture
-def jit_calls(monkeypatch) -> list[dict]:
-    """The keyword arguments of every jax.jit call made while the test runs."""
+def _watch_jit(mp: pytest.MonkeyPatch) -> list[dict]:
+    """The keyword arguments of every jax.jit call while `mp` holds."""
     calls, real = [], jax.jit
 
     def spy(fn, **kw):
         calls.append(kw)
         return real(fn, **kw)
 
-    monkeypatch.setattr(jax, "jit", spy)
+    mp.setattr(jax, "jit", spy)
     return calls
+
+
+@pytest.fixture
+def jit_calls(monkeypatch) -> list[dict]:
+    return _watch_jit(monkeypatch)
 
 
 def test_cuda_programs_compile_without_command_buffers(jit_calls, monkeypatch):
@@ -63,25 +67,13 @@ def test_the_switch_turns_command_buffers_back_on(monkeypatch):
 @pytest.fixture(scope="module")
 def cpu_sim():
     """A CPU sim built and stepped with jax.jit watched: (sim, model, jit keyword args)."""
-    calls, real = [], jax.jit
-
-    def spy(fn, **kw):
-        calls.append(kw)
-        return real(fn, **kw)
-
     model = mujoco.MjModel.from_xml_string(XML)
     _broadcaster.cache_clear()  # built afresh here, whatever ran before
-    saved = os.environ.pop(COMMAND_BUFFER_ENV, None)
-    jax.jit = spy
-    try:
-        os.environ[COMMAND_BUFFER_ENV] = "0"
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _watch_jit(mp)
+        mp.setenv(COMMAND_BUFFER_ENV, "0")
         sim = MjxSim(model, 3, substeps=5, device="cpu")  # substeps: a program cache miss
         sim.step(torch.zeros(3, model.nu))
-    finally:
-        jax.jit = real
-        os.environ.pop(COMMAND_BUFFER_ENV)
-        if saved is not None:
-            os.environ[COMMAND_BUFFER_ENV] = saved
     return sim, model, calls
 
 

@@ -49,8 +49,8 @@ def regular_install(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("regular")
     venv.create(base / "venv", with_pip=False)
     py = base / "venv" / "bin" / "python"
-    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([py, "-c", where], capture_output=True, text=True,
                                check=True).stdout.strip())
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "borrowed.pth").write_text("\n".join(sorted(ours)) + "\n")
@@ -98,8 +98,8 @@ def test_the_extras_table_names_extras_that_bring_those_modules():
     attributed to an extra that does not bring it."""
     import importlib.metadata as md
     import re
-    import tomllib
 
+    import tomllib
     from extras import EXTRA_OF
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][

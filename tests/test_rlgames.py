@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from extras import need
 import torch
+from extras import need
 
 need("rl_games")
 

@@ -119,6 +119,12 @@ class RunLogger:
         atomic_write(self.dir / "curve.png", lambda p: fig.savefig(p, format="png", dpi=80))
         plt.close(fig)
 
+    def flush(self) -> None:
+        """Put TensorBoard's buffered events on disk. Called before each checkpoint: a
+        crash right after it would lose them, and the resumed run does not log them again."""
+        if self.tb is not None:
+            self.tb.flush()
+
     def close(self) -> None:
         self.draw_curve()
         if self.tb is not None:

@@ -264,6 +264,8 @@ class Trainer:
                         print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
                               flush=True)
                     if self.iteration % self.cfg.checkpoint_every == 0:
+                        if logger is not None:  # the logs reach disk before the checkpoint
+                            logger.flush()
                         self.save(run_dir)
                 # still under the handlers: a Ctrl-C now is noted, not a lost last save
                 if logger is not None:

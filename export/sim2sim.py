@@ -154,7 +154,7 @@ class PlainRunner:
         for _ in range(self.sim.substeps):
             mujoco.mj_step(self.model, d)
         self.sim.refresh()
-        task.post_step(self.sim)
+        task.post_step(self.sim, torch.tensor(action, dtype=torch.float32)[None])
         self.builder.last_action[:] = action
         self.builder.time += self.sim.control_dt
         return action

@@ -105,7 +105,12 @@ def from_fields(cls: type[T], d: dict) -> T:
                 if f.default is MISSING and f.default_factory is MISSING}
     if required - set(d):
         raise ValueError(f"{cls.__name__} lacks the fields {sorted(required - set(d))}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    return cls(**{k: _tuples(v) for k, v in d.items()})
+
+
+def _tuples(v: object) -> object:
+    """JSON's lists back to the tuples a frozen config holds, nested ones too."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
 @dataclass
@@ -193,10 +198,11 @@ class Task(ABC, Generic[C]):
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
         """Before physics each step: resample commands on schedule, pushes, ..."""
 
-    def post_step(self, sim: BatchedSim) -> None:
-        """After physics, before the step's observation: task state the observation reads
-        that follows the new physics state (the heading controller's yaw-rate command), so
-        that `final_obs` and, where nothing ended, `obs` see it alike."""
+    def post_step(self, sim: BatchedSim, action: Tensor) -> None:
+        """After physics, before the step's observation, with the step's (clipped) action
+        [N, A]: the one place where task state advances with the step (the heading
+        controller's yaw-rate command, histories, feet air time), so that `final_obs` and,
+        where nothing ended, `obs` see it alike, and `reward` only reads."""
 
     def action_affine(self, model: mujoco.MjModel) -> tuple[list[float], list[float]]:
         """Per-actuator (scale, offset): ctrl = offset + scale * action. The export writes

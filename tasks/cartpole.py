@@ -19,7 +19,7 @@ from trot.sim.base import BatchedSim
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.observation import ObsTerm
 from trot.tasks.registry import register
-from trot.tasks.rewards import gaussian
+from trot.tasks.terms.rewards import gaussian
 from trot.tasks.sampling import UniformBank
 
 ASSET = Path(__file__).parent / "assets" / "cartpole.xml"

@@ -243,7 +243,7 @@ class Env:
         action, bad_action = self._checked(action)
         self.task.pre_step(self.sim, self.gen)
         self.sim.step(self.task.action_to_ctrl(action))
-        self.task.post_step(self.sim)
+        self.task.post_step(self.sim, action)
         self.last_action.copy_(action)
         self.episode_step += 1
         if self._first_episodes_left:  # every staggered first episode has ended at the latest

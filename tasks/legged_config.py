@@ -1,15 +1,16 @@
-"""The legged velocity task's settings (tasks/legged.py): one frozen dataclass whose field
-docstrings are `trot train --help`. Its defaults are the Go1's; a robot's own settings are
-overrides in its description (`LeggedRobot.config`), applied by `config_for`."""
+"""The legged velocity tasks' settings (tasks/velocity.py): frozen dataclasses whose field
+docstrings are `trot train --help`. `LeggedConfig` holds what every legged task reads; the
+gait clock's settings (`ClockSettings`) and the terrain's (`TerrainSettings`) are parts a
+task's config adds (`ClockedConfig`, `RoughConfig`, `ClockedRoughConfig`): disjoint sets of
+fields, so no field's default depends on the order of the bases. Defaults are the Go1's;
+a task's own values are its declaration's `changes` (tasks/go1.py, g1.py, go2.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
+from trot.tasks import terrain as tr
 from trot.tasks.base import TaskConfig
-from trot.tasks.legged_robot import LeggedRobot
-
-COMMANDS = ("lin_vel_x", "lin_vel_y", "yaw_rate")
 
 
 @dataclass(frozen=True)
@@ -53,38 +54,18 @@ class LeggedConfig(TaskConfig):
     init_vel_noise: float = 0.1
     """initial base linear (m/s) and angular (rad/s) velocity ~ U(-x, x); heading is random"""
 
-    # -- rewards: weights per second (the task multiplies them by the control dt)
+    # -- rewards (their weights, per second, are the task declaration's)
+    weights: tuple[tuple[str, float], ...] = ()
+    """reward weights over the declaration's, per second, e.g. --env.weights lin_vel 2.0
+    alive 0.1 (the termination penalty is per fall); names must be the task's terms"""
     tracking_std: float = 0.5
     """tracking kernels exp(-err^2 / std^2) (legged_gym's tracking_sigma 0.25 = std^2)"""
-    w_lin_vel: float = 1.0
-    """planar velocity tracking"""
-    w_yaw_rate: float = 0.5
-    """yaw rate tracking"""
-    w_lin_vel_z: float = -2.0
-    """vertical base velocity squared"""
-    w_ang_vel_xy: float = -0.05
-    """roll and pitch rates squared"""
-    w_orientation: float = -1.0
-    """projected gravity xy squared (tilt)"""
-    w_torques: float = -2e-4
-    """joint torques squared"""
-    w_joint_acc: float = -2.5e-7
-    """joint accelerations squared"""
-    w_action_rate: float = -0.01
-    """action changes squared"""
-    w_feet_air_time: float = 1.0
-    """(air time - air_time_target) per touchdown, while commanded to move"""
-    w_undesired_contacts: float = -1.0
-    """penalized bodies (the description's penalize_contacts) touching the ground, count"""
     air_time_target: float = 0.5
     """air time (s) at which a step neither pays nor costs"""
     contact_threshold: float = 1.0
     """normal force (N) above which a touch sensor counts as contact"""
     only_positive_rewards: bool = True
     """clip the total at 0 per step (legged_gym's default): penalties never make living bad"""
-    w_termination: float = -2.0
-    """added once, after the clip, on the step an episode ends by a fall (not per second):
-    with the clip, a fall would otherwise cost only the rewards it forfeits, near 0 early on"""
 
     # -- termination
     max_gravity_z: float = -0.5
@@ -114,12 +95,89 @@ class LeggedConfig(TaskConfig):
     """a kick adds U(-x, x) m/s to each of the base's world x and y velocities"""
 
 
-def config_for(robot: LeggedRobot, cls: type[LeggedConfig] = LeggedConfig,
-               **changes) -> LeggedConfig:
-    """The task config (`cls`: LeggedConfig or a subclass, e.g. the rough task's) with the
-    robot's own settings (`LeggedRobot.config`), then `changes`."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted({k for k, _ in robot.config} - names)
-    if unknown:
-        raise ValueError(f"robot config names unknown {cls.__name__} fields {unknown}")
-    return replace(cls(), **dict(robot.config) | changes)
+@dataclass(frozen=True)
+class ClockSettings:
+    """The gait clock's settings (tasks/terms/clock.py) and the terms a clocked walker
+    needs; the defaults are the G1's (tasks/g1.py)."""
+
+    gait_period: float = 0.8
+    """s per gait cycle (every foot one step)"""
+    stance_share: float = 0.55
+    """share of the cycle each foot should be on the ground"""
+    gait_offsets: tuple[float, ...] = ()
+    """each foot's touchdown in the cycle, as a share of it, in the description's feet order
+    (a trot: diagonal pairs half a cycle apart); empty: foot i at i / F (a biped alternates)"""
+    standing_speed: float = 0.1
+    """below this command size (planar m/s and yaw rad/s, norm) every foot stays down"""
+    swing_height: float = 0.08
+    """m above its home height a swinging foot should reach"""
+    feet_phase_std: float = 0.05
+    """m: the feet_phase kernel's width"""
+    deviation_joints: tuple[str, ...] = ()
+    """joints held near their home angle by the deviation term (e.g. hip roll and yaw)"""
+    base_height_target: float = 0.0
+    """base height (m) of the base_height term; 0: the home keyframe's"""
+    min_base_height: float = 0.0
+    """end the episode when the base is lower than this (m); 0: never"""
+    soft_joint_limit: float = 0.9
+    """share of each joint's range, about its middle, that joint_limits leaves free"""
+
+
+@dataclass(frozen=True)
+class TerrainSettings:
+    """Rough terrain (tasks/terms/terrain.py, tasks/terrain.py) and its curriculum."""
+
+    terrain: str = "train"
+    """"train": the generated terrain with its curriculum; "course": the fixed evaluation
+    course (trot eval/sim2sim --course)"""
+    tile_size: float = 6.0
+    """side of a terrain tile (m)"""
+    terrain_rows: int = 8
+    """difficulty levels"""
+    terrain_cols: int = 8
+    """sub-terrain columns"""
+    terrain_resolution: float = 0.05
+    """heightfield spacing (m); <= 0.05 keeps 10 cm stairs steps (tasks/terrain.py)"""
+    terrain_border: float = 5.0
+    """flat margin around the tiles (m)"""
+    terrain_proportions: tuple[float, ...] = tr.TerrainConfig.proportions
+    """column shares: flat, rough, slope_up, slope_down, stairs_up, stairs_down, obstacles"""
+    terrain_seed: int = 0
+    """the map's own seed (part of the model, not of the training seed)"""
+    curriculum: bool = True
+    """move envs between rows by how far they walked (else levels stay where they start)"""
+    init_level: int = 3
+    """levels start uniform in [0, init_level]"""
+    start_row: int = -1
+    """>= 0: every env starts on this row instead (with curriculum off: stays there, e.g.
+    to evaluate one difficulty)"""
+    spawn_spread: float = 0.5
+    """start position = tile centre + U(-x, x) m in x and y (within the 2 m platform)"""
+    spawn_clearance: float = 0.03
+    """m added to the start height: the home pose with init_joint_noise reaches up to
+    2.2 cm below its flat-ground height (2000 draws of the Go1)"""
+    scan_grid: tuple[float, float, float] = (1.6, 1.0, 0.1)
+    """height scan (length x, length y, spacing) in m around the base: 17 x 11 points"""
+    scan_policy: bool = False
+    """give the height scan to the policy too (False: the critic only)"""
+    scan_noise: float = 0.05
+    """policy scan: uniform noise half-width (m) per point and step"""
+    scan_offset: float = 0.0
+    """policy scan: a per-episode vertical offset U(-x, x) m (a perception bias)"""
+    course_speed: float = 0.6
+    """the forward command on the course (m/s)"""
+
+
+@dataclass(frozen=True)
+class ClockedConfig(LeggedConfig, ClockSettings):
+    """A legged task with a gait clock (go1-flat, g1-flat)."""
+
+
+@dataclass(frozen=True)
+class RoughConfig(LeggedConfig, TerrainSettings):
+    """A legged task on rough terrain."""
+
+
+@dataclass(frozen=True)
+class ClockedRoughConfig(LeggedConfig, ClockSettings, TerrainSettings):
+    """A legged task with a gait clock on rough terrain (go1-rough)."""

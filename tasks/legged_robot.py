@@ -68,8 +68,8 @@ class LeggedRobot:
     """left-right mirror: (joint, its mirror joint, sign) pairs covering every policy joint
     once; a joint on the symmetry plane pairs with itself"""
     config: tuple[tuple[str, Any], ...] = ()
-    """per-robot task settings (reward weights, ranges, action scale): LeggedConfig field
-    overrides, applied by `legged.config_for`"""
+    """removed: a description holds the robot's facts only (a non-empty value is refused);
+    task settings are the task declaration's `changes` (docs/tasks.md)"""
 
     def __post_init__(self) -> None:
         """Check the description's own types where it is written (nothing is changed)."""
@@ -124,10 +124,11 @@ def _check_fields(robot: LeggedRobot) -> None:
     if len(robot.imu_pos) != 3:
         raise ValueError(f"LeggedRobot.imu_pos must be 3 numbers (x, y, z in the base "
                          f"frame, m), got {robot.imu_pos!r}")
-    if isinstance(robot.config, dict) or not all(
-            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in robot.config):
-        raise ValueError(f"LeggedRobot.config must be a tuple of (field, value) pairs, e.g. "
-                         f"(('action_scale', 0.25),), got {robot.config!r}")
+    if robot.config:
+        raise ValueError("LeggedRobot.config was removed: a robot description holds the robot's "
+                         "facts only. Put task settings (ranges, action_scale, weights) in the "
+                         "task's declaration, Velocity(..., changes=...) (docs/tasks.md, "
+                         f"'Migrating'); got {robot.config!r}")
     for f in ("kp", "kd"):
         v = getattr(robot, f)
         if v is not None and not (isinstance(v, (int, float)) and v >= 0):

@@ -4,7 +4,7 @@ settings. Variants are further `register` calls with `dataclasses.replace(base, 
 from __future__ import annotations
 
 from dataclasses import dataclass, is_dataclass
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mujoco
@@ -21,7 +21,8 @@ from trot.tasks.sources import (BUILTIN, HOW_TO_ADD, DuplicateTaskError, TaskSou
 @dataclass(frozen=True)
 class TaskEntry:
     name: str
-    task_cls: type[Task]
+    task_cls: Callable[[Any], Task]
+    """config -> the task: a Task class, or a declaration (tasks/velocity.py `Velocity`)"""
     config: TaskConfig
     description: str
     agent: tuple[tuple[str, Any], ...] = ()
@@ -37,7 +38,7 @@ class TaskEntry:
 _REGISTRY: dict[str, TaskEntry] = {}
 
 
-def register(name: str, task_cls: type[Task], config: TaskConfig, description: str,
+def register(name: str, task_cls: Callable[[Any], Task], config: TaskConfig, description: str,
              agent: Mapping[str, Any] | tuple[tuple[str, Any], ...] | None = None,
              budget: int | None = None) -> TaskEntry:
     """agent: PPOConfig fields to override for this task, e.g. {"epochs": 2} (or another

@@ -1,5 +1,7 @@
-"""Robot models from outside the task files: a path to an MJCF file, one of trot's shipped
-assets (tasks/assets/NAME.xml), or a MuJoCo Menagerie model by its folder name.
+"""Robots: the shipped descriptions (go1.py, go2.py, g1.py: `LeggedRobot` facts only, no
+task settings), and robot models from outside the task files: a path to an MJCF file, one
+of trot's shipped assets (tasks/assets/NAME.xml), or a MuJoCo Menagerie model by its folder
+name.
 
 MuJoCo Menagerie (github.com/google-deepmind/mujoco_menagerie) keeps one folder per robot,
 named `<maker>_<model>` (e.g. `unitree_go1`, `anybotics_anymal_c`), holding the bare robot as
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import mujoco
 
-ASSETS = Path(__file__).parent / "assets"
+ASSETS = Path(__file__).parent.parent / "assets"
 MENAGERIE_ENV = "MENAGERIE_ROOT"
 
 

@@ -1,5 +1,5 @@
 """How often a perfect velocity tracker would be promoted or demoted by the terrain
-curriculum (tasks/rough.py, legged_gym's rule), with drawn yaw-rate commands against
+curriculum (tasks/terms/terrain.py, legged_gym's rule), with drawn yaw-rate commands against
 heading commands (LeggedConfig.heading_command).
 
     python benchmarks/curriculum_odds.py --envs 20000
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 import trot.tasks.go1  # noqa: F401  (registers go1-rough)
-from trot.tasks import locomotion as loco
+from trot.tasks.terms import commands as loco
 from trot.tasks.registry import get_task
 
 
@@ -47,17 +47,18 @@ def odds(heading: bool, n: int, seed: int = 0) -> tuple[float, float]:
     low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.yaw_rate[0]], dtype=torch.float64)
     high = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.yaw_rate[1]], dtype=torch.float64)
     every = round(c.resample_seconds / dt)
-    steer = loco.HeadingSteer(n, c.heading_stiffness, c.yaw_rate, math.pi, "cpu")
-    steer.target = steer.target.double()
     state = {}
 
     def cmd_at(t: int, yaw: Tensor) -> Tensor:
-        if t % every == 0:
+        if t % every == 0:  # a new command and, as the task draws it, a target heading
             state["cmd"] = loco.sample_commands(n, low, high, c.standing_fraction, gen)
-            steer.draw(yaw, torch.ones(n, dtype=torch.bool), state["cmd"], gen)
+            u = 2 * torch.rand(yaw.shape, generator=gen) - 1
+            state["target"] = yaw + math.pi * u
         cmd = state["cmd"].clone()
-        if heading:
-            steer.steer(yaw, cmd)
+        if heading:  # moving envs steer to their heading (tasks/terms/commands.py)
+            rate = loco.heading_yaw_rate(state["target"], yaw, c.heading_stiffness,
+                                         *c.yaw_rate)
+            cmd[:, 2] = torch.where(cmd.ne(0).any(-1), rate, cmd[:, 2])
         return cmd
 
     yaw = math.pi * (2 * torch.rand(n, generator=gen, dtype=torch.float64) - 1)

@@ -10,7 +10,7 @@ from trot.tasks.terms import rewards as rw
 from trot.tasks.terms.clock import GaitClock, feet_phase, gait_contact
 from trot.tasks.terms.terminations import base_too_low, fell, tilted
 from trot.tasks.terms.terrain import Terrain, TerrainCurriculum
-from trot.tasks.velocity import Reward, failed
+from trot.tasks.velocity import Reward, Velocity, failed
 
 # ---------------------------------------------------------------- observations
 POLICY = (obs.projected_gravity, obs.base_ang_vel, obs.joint_pos, obs.joint_vel,
@@ -81,3 +81,11 @@ def reweighed(rewards: tuple[Reward, ...], **weights: float) -> tuple[Reward, ..
         raise ValueError(f"reward terms {missing} are not in the table; it has "
                          f"{', '.join(r.name for r in rewards)}")
     return tuple(Reward(r.name, r.fn, weights.get(r.name, r.weight), r.once) for r in rewards)
+
+
+def flat(robot, **changes) -> Velocity:
+    """legged_gym's recipe (feet air time) on flat ground for any robot description:
+    `register("my-flat", flat(MY_ROBOT), flat(MY_ROBOT).defaults(), "...")`. `changes` are
+    its settings over LeggedConfig's (e.g. lin_vel_x=(-0.5, 0.5))."""
+    return Velocity(robot=robot, policy=POLICY, critic=CRITIC, rewards=AIR_TIME,
+                    memory=AIR_TIME_MEMORY, changes=tuple(changes.items()))

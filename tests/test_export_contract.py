@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from contract_edit import edited_export
 
+from trot.tasks.velocity import Locomotion
 from trot.export.contract import build_contract
 from trot.export.onnx import OPSET, ExportError, check_written_model
 from trot.export.runner import ContractError, OnnxPolicy, check_model
@@ -65,7 +66,7 @@ def test_committed_walker_is_what_the_exporter_writes_today(policy):
     assert c["home_keyframe"] == "home"
 
 
-class FineGo1(get_task("go1-flat").task_cls):
+class FineGo1(Locomotion):
     """go1-flat with numbers of more digits than model.xml keeps (MuJoCo's XML writer
     rounds to 6 significant ones): a gain, a control range and the home pose, as a user's
     robot or a range in degrees converted to radians has them."""
@@ -84,7 +85,7 @@ def test_numbers_beyond_the_xmls_digits_pass_the_export_check():
     the export's own load check must take one for the other (it refused them), and still
     refuse a number off by far more than the rounding."""
     cfg = get_task("go1-flat").config
-    task = FineGo1(cfg)
+    task = FineGo1(get_task("go1-flat").task_cls, cfg)
     env = Env("go1-flat", task, make_sim("cpu", compile_model(task), 1, cfg.substeps, "cpu"), 0)
     spec = task.build()
     xml = spec.to_xml()

@@ -23,7 +23,7 @@ from trot.export import contract
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
 from trot.export.runner import check_model
 from trot.tasks import registry
-from trot.tasks.legged import LeggedVelocity, config_for
+from trot.tasks.locomotion import flat
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.registry import make_env, register
 
@@ -105,8 +105,8 @@ def test_contract_home_is_the_robot_s_own_keyframe(monkeypatch):
         joints=tuple(f"{leg}_{j}" for leg in legs for j in ("HAA", "HFE", "KFE")),
         feet=tuple(f"{leg}_FOOT" for leg in legs), base="torso",
         terminate_contacts=("torso",), home="standing")
-    task = type("StandingFlat", (LeggedVelocity,), {"robot": robot})
-    register("standing-flat", task, config_for(robot), "a robot whose home is 'standing'")
+    task = flat(robot)
+    register("standing-flat", task, task.defaults(), "a robot whose home is 'standing'")
     env = make_env("standing-flat", 1)
     model = mujoco.MjModel.from_xml_string(env.task.build().to_xml())
     c = contract.build_contract(env, env.task.config, 0, OPSET, "0" * 64, {})

@@ -13,8 +13,11 @@ import torch
 
 import trot
 import trot.tasks.go1 as go1  # registers go1-flat
-from trot.tasks import locomotion as loco
-from trot.tasks.legged import LeggedConfig
+from trot.tasks.legged_config import LeggedConfig
+from trot.tasks.terms import commands as loco
+from trot.tasks.terms.body import Step
+from trot.tasks.terms.clock import GaitClock
+from trot.tasks.terms.rewards import FeetAirTime, PreviousAction
 from trot.tasks.registry import get_task
 from trot.tasks.robots import RobotNotFoundError, load_robot, resolve_robot
 
@@ -42,7 +45,7 @@ def test_model_facts():
     assert sum(m.body_mass) == pytest.approx(13.1, abs=0.01)
     limits = np.abs(m.actuator_forcerange[:, 1]).reshape(4, 3)
     assert np.allclose(limits, [23.7, 23.7, 35.55])
-    assert go1.Go1AirTime(QUIET).home_pose() == pytest.approx(HOME)
+    assert go1.GO1_FLAT_AIRTIME(QUIET).home_pose() == pytest.approx(HOME)
     # only robot-floor contacts: robot geoms never collide with each other
     floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "floor")
     robot = [g for g in range(m.ngeom) if g != floor]
@@ -92,8 +95,9 @@ def test_contact_sensors_and_termination():
     assert env.task.terminated(sim).tolist() == [True, False]
     total, terms = _last_terms(env)
     assert terms["undesired_contacts"][1] == pytest.approx(-1.0 * 4 * env.control_dt)
-    # the fall costs w_termination once (not x dt), outside the clip at 0
-    w = env.task.config.w_termination
+    # the fall costs the termination weight once (not x dt), outside the clip at 0
+    w = env.task.weights["termination"]
+    assert w == -2.0
     assert terms["termination"].tolist() == [w, 0.0]
     assert w <= total[0] <= w + 1.5 * env.control_dt and total[1] >= 0  # clip + penalty
 
@@ -111,33 +115,54 @@ def test_action_affine_and_contract_bits():
 # ------------------------------------------------------------------------- rewards
 
 
-def test_reward_functions_by_hand():
-    t = torch.tensor
-    r = loco.track_lin_vel_xy(t([[1.0, 0.0], [0.5, 0.5]]), t([[0.5, 0.0], [0.5, 0.5]]), 0.5)
-    assert r.tolist() == pytest.approx([math.exp(-1.0), 1.0])
-    assert loco.track_yaw_rate(t([1.0]), t([0.0]), 0.5).item() == pytest.approx(math.exp(-4))
-    assert loco.lin_vel_z(t([0.2, -0.3])).tolist() == pytest.approx([0.04, 0.09])
-    assert loco.ang_vel_xy(t([[1.0, 2.0, 3.0]])).item() == pytest.approx(5.0)
-    assert loco.flat_orientation(t([[0.1, -0.2, -0.97]])).item() == pytest.approx(0.05)
-    assert loco.torques(t([[1.0, -2.0, 3.0]])).item() == pytest.approx(14.0)
-    assert loco.joint_acc(t([[1.0, 2.0]]), t([[0.0, 1.0]]), 0.02).item() == pytest.approx(5000)
-    assert loco.action_rate(t([[0.5, -0.5]]), t([[0.0, 0.5]])).item() == pytest.approx(1.25)
-    assert loco.undesired_contacts(t([[0.0, 2.0, 5.0, 0.5]]), 1.0).item() == 2.0
+def test_reward_terms_on_a_hand_set_state():
+    """Sensors, command and action history set by hand on one env, then read by reward();
+    each expected number is worked out below from the registered weights (per second) x
+    dt 0.02, not with the task's expressions."""
+    env = make(1)
+    env.reset()
+    sim, task = env.sim, env.task
+    w = task.weights
+    assert (w["lin_vel"], w["yaw_rate"], w["lin_vel_z"], w["ang_vel_xy"],
+            w["action_rate"], w["undesired_contacts"]) == (1.0, 0.5, -2.0, -0.05, -0.01, -1.0)
+    task.body.term(loco.VelocityCommand).seen[:] = torch.tensor([1.0, 0.0, 1.0])
+    sim.sensor("base_linvel")[:] = torch.tensor([0.5, 0.0, 0.2])  # m/s, base frame
+    sim.sensor("gyro")[:] = torch.tensor([1.0, 2.0, 0.0])  # rad/s
+    for leg, f in zip(go1.LEGS, (0.0, 2.0, 5.0, 0.5)):  # N on the thighs
+        sim.sensor(f"{leg}_thigh_contact")[:] = f
+    prev = task.body.term(PreviousAction)
+    prev.prev[:] = 0.0
+    prev.prev[0, :2] = torch.tensor([0.0, 0.5])
+    action = torch.zeros(1, 12)
+    action[0, :2] = torch.tensor([0.5, -0.5])
+    _, terms = task.reward(sim, action)
+    dt = 0.02
+    got = {k: v.item() for k, v in terms.items()}
+    assert got["lin_vel"] == pytest.approx(1.0 * dt * math.exp(-0.25 / 0.25))  # |0.5|^2/std^2
+    assert got["yaw_rate"] == pytest.approx(0.5 * dt * math.exp(-1.0 / 0.25))
+    assert got["lin_vel_z"] == pytest.approx(-2.0 * dt * 0.04)
+    assert got["ang_vel_xy"] == pytest.approx(-0.05 * dt * 5.0)
+    assert got["action_rate"] == pytest.approx(-0.01 * dt * (0.25 + 1.0))
+    assert got["undesired_contacts"] == pytest.approx(-1.0 * dt * 2)  # two above 1 N
 
 
 def test_feet_air_time_by_hand():
-    # one foot: stance, lift-off, two steps in the air, touchdown; dt 0.1, target 0.25.
-    # The step after lift-off still counts as contact (filter), so the swing is 0.3 s when
-    # it lands -> reward 0.3 - 0.25 = 0.05 once, at touchdown.
-    dt, moving, slow = 0.1, torch.tensor([[1.0, 0.0]]), torch.tensor([[0.05, 0.0]])
-    for cmd, want in ((moving, 0.05), (slow, 0.0)):
-        air, last = torch.zeros(1, 1), torch.zeros(1, 1, dtype=torch.bool)
-        rewards = []
+    """One foot (FR): stance, lift-off, two steps in the air, touchdown; dt 0.02, target
+    0.05. The step after lift-off still counts as contact (filter), so the swing is 0.06 s
+    when it lands -> 0.06 - 0.05 = 0.01 once, at touchdown; nothing when the command is
+    below 0.1 m/s. The other feet stay down and score nothing."""
+    for speed, want in ((1.0, 0.01), (0.05, 0.0)):
+        env = make(1, air_time_target=0.05)
+        env.reset()
+        term, body = env.task.body.term(FeetAirTime), env.task.body
+        scores = []
         for c in (True, False, False, False, True):
-            r, air, last = loco.feet_air_time(torch.tensor([[c]]), last, air, dt, cmd, 0.25)
-            rewards.append(r.item())
-        assert rewards == pytest.approx([0.0, 0.0, 0.0, 0.0, want])
-        assert air.item() == 0.0
+            for leg in go1.LEGS:
+                env.sim.sensor(f"{leg}_foot_contact")[:] = 50.0 if c or leg != "FR" else 0.0
+            term.post_step(Step(body, torch.zeros(1, 12), torch.tensor([[speed, 0.0, 0.0]])))
+            scores.append(term.value.item())
+        assert scores == pytest.approx([0.0, 0.0, 0.0, 0.0, want])
+        assert term.air[0, 0].item() == 0.0
 
 
 def test_env_terms_are_weight_times_dt_times_term():
@@ -152,10 +177,10 @@ def test_env_terms_are_weight_times_dt_times_term():
     cfg, dt, sim = env.task.config, env.control_dt, env.sim
     torque_sq = sum(sim.sensor(f"{j}_torque")[:, 0].double() ** 2 for j in go1.JOINTS)
     up = sim.sensor("upvector").double()  # gravity in the base frame is -upvector
-    torch.testing.assert_close(terms["torques"].double(), cfg.w_torques * dt * torque_sq,
+    torch.testing.assert_close(terms["torques"].double(), -2e-4 * dt * torque_sq,
                                rtol=1e-5, atol=1e-9)
     torch.testing.assert_close(terms["orientation"].double(),
-                               cfg.w_orientation * dt * (up[:, 0] ** 2 + up[:, 1] ** 2),
+                               -1.0 * dt * (up[:, 0] ** 2 + up[:, 1] ** 2),
                                rtol=1e-5, atol=1e-9)
     assert (terms["torques"] < 0).all()
     assert (terms["termination"] == 0).all()  # standing: no fall
@@ -170,7 +195,7 @@ def test_torque_orientation_and_energy_terms_on_a_hand_set_state():
     env = make(1)
     env.reset()
     sim, task = env.sim, env.task
-    assert (env.control_dt, task.config.w_torques, task.config.w_orientation) == \
+    assert (env.control_dt, task.weights["torques"], task.weights["orientation"]) == \
         (0.02, -2e-4, -1.0)  # the go1-flat defaults the numbers below use
     for j in go1.JOINTS:
         sim.sensor(f"{j}_torque")[:] = 0.0
@@ -195,12 +220,9 @@ def test_torque_orientation_and_energy_terms_on_a_hand_set_state():
 
 
 def _last_terms(env):
-    """Re-evaluate reward() on the current state with the same action history."""
-    task = env.task
-    saved = {k: v.clone() for k, v in task.state_dict().items()}
-    out = task.reward(env.sim, env.last_action)
-    task.load_state_dict(saved)
-    return out
+    """reward() of the last step, evaluated again: it only reads (memory advanced in the
+    step's post_step), so the same state and action give the step's own terms."""
+    return env.task.reward(env.sim, env.last_action)
 
 
 # ------------------------------------------------------------------------- commands
@@ -229,7 +251,7 @@ def test_commands_resampled_exactly_on_schedule():
         cmd = env.task.command
         changed[step] = int((cmd != prev).any(1).sum())
         if step in (10, 20, 30):  # the reward of the changing step scores the old command
-            assert torch.equal(env.task._cmd_seen, prev_seen)
+            assert torch.equal(env.task.body.term(loco.VelocityCommand).seen, prev_seen)
         prev = cmd.clone()
     assert {s: k for s, k in changed.items() if k} == {10: n, 20: n, 30: n}
     lo, hi = torch.tensor([-1.0, -0.5, -1.0]), torch.tensor([1.0, 0.5, 1.0])
@@ -241,7 +263,7 @@ def test_commands_resampled_exactly_on_schedule():
 
 def test_domain_randomization_differs_across_envs_within_ranges():
     n = 12
-    c = go1.Go1FlatConfig()
+    c = LeggedConfig()
     env = make(n, randomize=True)
     env.reset()
     m, sim = env.sim.model, env.sim
@@ -361,8 +383,9 @@ def test_state_dict_roundtrip():
     state = env.task.state_dict()
     env.step(torch.full((2, 12), -0.1))
     env.task.load_state_dict(state)
+    assert env.task.state_dict().keys() == state.keys()
     for k, v in env.task.state_dict().items():
-        assert torch.equal(v, state[k]), k
+        assert torch.equal(v, state[k]) if torch.is_tensor(v) else v == state[k], k
 
 
 # ------------------------------------------------------------------------- loader
@@ -380,8 +403,8 @@ def test_load_robot_from_path(tmp_path):
     f.write_text(TINY)
     spec = load_robot(f)
     assert isinstance(spec, mujoco.MjSpec) and spec.compile().njnt == 1
-    assert load_robot(go1.ASSET).compile().nu == 12
-    assert resolve_robot("go1") == go1.ASSET  # shipped asset by name
+    assert load_robot(go1.GO1.mjcf).compile().nu == 12
+    assert resolve_robot("go1") == go1.GO1.mjcf  # shipped asset by name
 
 
 def test_load_robot_missing_file(tmp_path):
@@ -434,7 +457,7 @@ def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,),
                                 rollout_steps=4, minibatches=1, epochs=1)
-    env_cfg = dataclasses.replace(go1.Go1FlatConfig(), episode_seconds=2.0)
+    env_cfg = dataclasses.replace(get_task("go1-flat").config, episode_seconds=2.0)
     cfg = TrainConfig(task="go1-flat", num_envs=16, max_env_steps=64, agent=agent,
                       env=env_cfg, run_dir=str(tmp_path / "run"))
     trainer, run_dir = start_run(cfg)
@@ -452,7 +475,7 @@ def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
 def test_critic_sees_each_envs_randomized_floor_friction():
     env = trot.make_env("go1-flat", num_envs=64, seed=3)
     env.reset()
-    assert env.task._floor == 0  # the term reads geom 0's sliding friction
+    assert env.task.body.floor == 0  # the term reads geom 0's sliding friction
     slot = next(s for s in env.critic_layout.slots if s.term.name == "floor_friction")
     seen = env.obs.critic[:, slot.start]  # [N]
     mu = env.sim.params("geom_friction")[:, 0, 0]  # [N], drawn per env at reset
@@ -508,7 +531,9 @@ def test_trot_clock_pairs_the_diagonal_feet():
     schedule = []
     for _ in range(cycle):
         env.step(torch.zeros(2, 12))
-        schedule.append(env.task.stance_expected()[0].clone())
+        task = env.task
+        step = Step(task.body, env.last_action, task.body.term(loco.VelocityCommand).seen)
+        schedule.append(task.body.term(GaitClock).stance_expected(step)[0].clone())
     schedule = torch.stack(schedule)  # [T, F]
     assert (schedule.sum(-1) == 2).all()  # one diagonal pair down at a time
     for i in range(4):

@@ -13,8 +13,9 @@ import torch
 
 import trot
 import trot.tasks.go1  # noqa: F401  (registers go1-flat-airtime)
-from trot.tasks import locomotion as loco
-from trot.tasks.legged import LeggedConfig
+from trot.tasks.terms import commands as loco
+from trot.tasks.legged_config import LeggedConfig
+from trot.tasks.terms.commands import VelocityCommand
 
 QUIET = replace(LeggedConfig(), randomize=False, push=False, init_joint_noise=0.0,
                 init_vel_noise=0.0, obs_noise=False, heading_command=True)
@@ -60,7 +61,7 @@ def test_env_steers_from_the_simulated_bases_yaw():
     env.reset()
     env.step(torch.zeros(env.num_envs, env.action_dim))
     task = env.task
-    task._heading.target.copy_(loco.yaw_of(env.sim.qpos[:, 3:7]) + 1.0)  # 1 rad to go
+    task.body.term(VelocityCommand).target.copy_(loco.yaw_of(env.sim.qpos[:, 3:7]) + 1.0)  # 1 rad to go
     env.step(torch.zeros(env.num_envs, env.action_dim))
     before = task.command[:, 2].clone()
     assert torch.allclose(before, torch.full_like(before, 0.25), atol=0.03)  # ~0.25 x 1 rad
@@ -89,8 +90,9 @@ def test_the_observed_command_steers_from_the_yaw_the_step_reached():
         r = env.step(2 * torch.rand(env.num_envs, env.action_dim, generator=gen) - 1)
         done = r.terminated | r.truncated
         ended += int(done.sum())
-        want = loco.heading_yaw_rate(task._heading.target, loco.yaw_of(env.sim.qpos[:, 3:7]),
-                                     1.0, *task._heading.limits)
+        heading = task.body.term(VelocityCommand)
+        want = loco.heading_yaw_rate(heading.target, loco.yaw_of(env.sim.qpos[:, 3:7]),
+                                     1.0, *heading.yaw_limits)
         assert torch.allclose(r.obs.policy[:, col], scale * want, atol=1e-6)
         assert torch.equal(r.final_obs.policy[~done], r.obs.policy[~done])
         assert torch.equal(r.final_obs.critic[~done], r.obs.critic[~done])
@@ -118,8 +120,9 @@ def test_standing_commands_stay_still_and_the_heading_is_checkpointed():
     state = env.task.state_dict()
     twin = _env(n=64, standing_fraction=0.5, resample_seconds=0.1)
     twin.load_state_dict(env.state_dict())
-    assert torch.equal(twin.task._heading.target, state["heading_target"])
-    assert torch.equal(twin.task._heading.moving, state["heading_moving"])
+    heading = twin.task.body.term(VelocityCommand)
+    assert torch.equal(heading.target, state["VelocityCommand.target"])
+    assert torch.equal(heading.moving, state["VelocityCommand.moving"])
     a, b = env.step(torch.zeros(64, env.action_dim)), twin.step(torch.zeros(64, env.action_dim))
     assert torch.equal(env.task.command, twin.task.command)
     assert torch.equal(a.obs.policy, b.obs.policy)

@@ -15,7 +15,9 @@ import torch
 from trot.tasks.g1 import G1
 from trot.tasks.go1 import GO1
 from trot.tasks.go2 import GO2
-from trot.tasks.legged import LeggedVelocity, config_for
+from trot.tasks.legged_config import LeggedConfig
+from trot.tasks.locomotion import flat
+from trot.tasks.velocity import Velocity
 from trot.tasks.legged_robot import LeggedRobot, prepare
 
 DATA = Path(__file__).parent / "data"
@@ -35,8 +37,8 @@ def _external(**changes) -> LeggedRobot:
         **changes)
 
 
-def _task(robot: LeggedRobot) -> type[LeggedVelocity]:
-    return type("ExternalFlat", (LeggedVelocity,), {"robot": robot})
+def _task(robot: LeggedRobot) -> Velocity:
+    return flat(robot)
 
 
 @pytest.mark.parametrize("robot", [GO1, GO2, G1, _external()],
@@ -78,7 +80,7 @@ def test_a_wrong_mirror_is_caught_by_the_geometry_check():
 def test_external_mjcf_with_other_names_and_order_trains_a_step():
     robot = _external()
     cls = _task(robot)
-    task = cls(config_for(robot))
+    task = cls(LeggedConfig())
     model = task.build().compile()
     acts = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, model.actuator_trnid[i, 0])
             for i in range(model.nu)]
@@ -115,7 +117,7 @@ def test_external_mjcf_with_other_names_and_order_trains_a_step():
 def test_bad_descriptions_fail_at_build_naming_what_the_model_has(change, message):
     robot = _external(**change)
     with pytest.raises(ValueError, match=message):
-        _task(robot)(config_for(robot)).build()
+        _task(robot)(LeggedConfig()).build()
 
 
 def test_runner_maps_the_robots_own_joint_order(tmp_path):
@@ -155,12 +157,12 @@ def test_runner_maps_the_robots_own_joint_order(tmp_path):
     (dict(joints="LF_HAA"), r"joints must be a tuple of names, got 'LF_HAA' \(write \('LF_HAA',\)\)"),
     (dict(feet=("LF_FOOT", "RF_FOOT", "LF_FOOT")), r"feet names \['LF_FOOT'\] more than once"),
     (dict(imu_pos=(0.0, 0.1)), r"imu_pos must be 3 numbers"),
-    (dict(config={"action_scale": 0.3}), r"config must be a tuple of \(field, value\) pairs"),
+    (dict(config=(("action_scale", 0.3),)), r"LeggedRobot.config was removed: .* facts only"),
     (dict(kp="80"), r"kp must be a number >= 0 or None, got '80'"),
 ])
 def test_mistyped_descriptions_fail_where_they_are_written(change, message):
     """Each slipped through before: a string of joints iterated as letters, a dict of
-    settings iterated as keys (an unpacking error), a 2-number IMU position, a duplicate
+    settings (now refused: task settings are the declaration's), a 2-number IMU position, a duplicate
     foot (its contact counted twice)."""
     with pytest.raises(ValueError, match=message):
         _external(**change)
@@ -182,9 +184,9 @@ def test_kp_kd_on_torque_motors_is_refused(tmp_path):
     (tmp_path / "motors.xml").write_text(xml)
     robot = _external(mjcf=tmp_path / "motors.xml", kp=40.0, kd=1.0)
     with pytest.raises(ValueError, match=r"actuator 'RF_HAA' is not a position servo"):
-        _task(robot)(config_for(robot)).build()
+        _task(robot)(LeggedConfig()).build()
     plain = _external(mjcf=tmp_path / "motors.xml")  # without kp/kd: the motors as they are
-    _task(plain)(config_for(plain)).build()
+    _task(plain)(LeggedConfig()).build()
 
 
 def test_a_foot_listed_without_its_mirror_foot_is_named():
@@ -195,7 +197,7 @@ def test_a_foot_listed_without_its_mirror_foot_is_named():
     from trot.tasks.env import Env
 
     robot = _external(feet=("LF_FOOT", "RF_FOOT", "LH_FOOT"))
-    task = _task(robot)(config_for(robot))
+    task = _task(robot)(LeggedConfig())
     model = task.build().compile()
     env = Env("external", task, make_sim("cpu", model, 2, task.config.substeps, "cpu"), 0)
     with pytest.raises(ValueError, match=r"site '\w+' has no mirror: its body 'LH_\w+' has 1 "
@@ -208,7 +210,7 @@ def test_a_subset_of_the_actuated_joints_keeps_its_keyframe_controls():
     its actuators into policy order (it kept the MJCF's 12 entries, and compiling failed
     on its size)."""
     robot = _external(joints=EXTERNAL_JOINTS[:9], mirror=())
-    model = _task(robot)(config_for(robot)).build().compile()
+    model = _task(robot)(LeggedConfig()).build().compile()
     src = mujoco.MjModel.from_xml_path(str(EXTERNAL))
     want = [src.key_ctrl[0, mujoco.mj_name2id(src, mujoco.mjtObj.mjOBJ_ACTUATOR, j)]
             for j in EXTERNAL_JOINTS[:9]]

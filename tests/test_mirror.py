@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from trot.tasks import make_env
-from trot.tasks.go2 import GO2, Go2Flat
+from trot.tasks.go2 import GO2, GO2_FLAT
+from trot.tasks.velocity import Locomotion
 from trot.tasks.registry import get_task
 
 FREE_Q, FREE_V = (1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0), (1.0, -1.0, 1.0, -1.0, 1.0, -1.0)
@@ -89,32 +90,29 @@ def test_mirror_is_an_involution_on_both_observations_and_the_action():
         assert not torch.allclose(m(x), x)
 
 
-class FrontRear(Go2Flat):
-    """A wrong mirror that is its own inverse: front legs swapped with rear ones."""
-
-    robot = dataclasses.replace(GO2, mirror=tuple(
-        (f"{a}_{j}_joint", f"{b}_{j}_joint", -1.0 if j == "hip" else 1.0)
-        for a, b in (("FL", "RL"), ("FR", "RR")) for j in ("hip", "thigh", "calf")))
+# A wrong mirror that is its own inverse: front legs swapped with rear ones.
+FRONT_REAR = dataclasses.replace(GO2_FLAT, robot=dataclasses.replace(GO2, mirror=tuple(
+    (f"{a}_{j}_joint", f"{b}_{j}_joint", -1.0 if j == "hip" else 1.0)
+    for a, b in (("FL", "RL"), ("FR", "RR")) for j in ("hip", "thigh", "calf"))))
 
 
-class LateralKept(Go2Flat):
+class LateralKept(Locomotion):
     """A wrong mirror that is its own inverse: the lateral speed command keeps its sign."""
 
     def mirror(self):
         return dataclasses.replace(super().mirror(), command=(1.0, 1.0, -1.0))
 
 
-def _registered(cls) -> str:
+def _registered(name: str, make) -> str:
     from trot.tasks.registry import _REGISTRY, register
 
-    name = f"go2-{cls.__name__.lower()}"
     if name not in _REGISTRY:
-        register(name, cls, get_task("go2-flat").config, "a wrong mirror, for tests/test_mirror")
+        register(name, make, get_task("go2-flat").config, "a wrong mirror, for tests/test_mirror")
     return name
 
 
 def test_a_wrong_command_mirror_is_caught():
-    env = _env(_registered(LateralKept))
+    env = _env(_registered("go2-lateralkept", lambda cfg: LateralKept(GO2_FLAT, cfg)))
     _walked(env)
     assert _check(env, GO2.mirror)[0] > 0.1
 
@@ -135,7 +133,7 @@ def test_a_wrong_sensor_rule_is_caught(monkeypatch):
 def test_front_rear_swap_is_refused_by_the_home_pose():
     """Front thighs stand at 0.8 rad, rear ones at 1.0 (and the hips' signs do not match
     either): no map on joint_pos swaps them."""
-    env = _env(_registered(FrontRear))
+    env = _env(_registered("go2-frontrear", FRONT_REAR))
     with pytest.raises(ValueError, match="'joint_pos': its offset is not mirror-symmetric"):
         env.mirrors()
 

@@ -20,6 +20,10 @@ from trot.tasks.g1 import G1, JOINTS
 from trot.tasks.gait import GaitTracker
 from trot.tasks.legged_robot import prepare
 from trot.tasks.registry import get_task
+from trot.tasks.terms.body import Step
+from trot.tasks.terms.clock import GaitClock, feet_phase, gait_contact, swing_height
+from trot.tasks.terms.commands import VelocityCommand
+from trot.tasks.terms.rewards import Deviation, base_height, joint_limits
 
 QUIET = dict(randomize=False, push=False, init_joint_noise=0.0, init_vel_noise=0.0,
              obs_noise=False)
@@ -127,7 +131,9 @@ def test_gait_clock_on_the_env_and_on_the_robot():
 
 
 def test_biped_terms_on_hand_set_states():
-    """Robot held 5 cm up (feet in the air) at clock phase 0.6, and standing at home."""
+    """Robot held 5 cm up (feet in the air) at clock phase 0.6, and standing at home. Foot
+    heights come from MuJoCo's own kinematics; the clock's arch is checked by what it must
+    be (0 in stance, swing_height mid-swing, symmetric), not by its formula."""
     env = make(2)
     env.reset()
     sim, task, c = env.sim, env.task, env.task.config
@@ -137,40 +143,53 @@ def test_biped_terms_on_hand_set_states():
     q[1, 7 + hip_roll] = 0.1  # env 1 standing, one hip rolled by 0.1 rad,
     q[1, 2] -= 0.002  # its soles 2 mm into the floor: the touch sensors read its weight
     sim.reset(torch.ones(2, dtype=torch.bool), q, v)
-    task._cmd_seen.copy_(torch.tensor([[0.5, 0.0, 0.0]] * 2))
-    task._clock.fill_(round(0.6 * c.gait_period / env.control_dt) - 1)  # phase 0.6 after +1
+    clock = task.body.term(GaitClock)
+    cmd = task.body.term(VelocityCommand)
+    clock.steps.fill_(round(0.6 * c.gait_period / env.control_dt) - 1)  # phase 0.6 after +1
     task.pre_step(sim, env.gen)
-    task._cmd_seen.copy_(torch.tensor([[0.5, 0.0, 0.0]] * 2))
-    terms = {k: v for k, (w, v) in task.reward_terms(sim, torch.zeros(2, 12)).items()}
+    cmd.seen.copy_(torch.tensor([[0.5, 0.0, 0.0]] * 2))
+    step = Step(task.body, torch.zeros(2, 12), cmd.seen)
     # phase 0.6: the left foot should swing (0.6 > 0.55), the right stand (0.1)
-    assert task.stance_expected().tolist() == [[False, True]] * 2
-    assert terms["gait_contact"].tolist() == pytest.approx([1.0, 1.0])  # one of two matches
-    assert terms["swing_height"][0] == pytest.approx(2 * (0.05 - c.swing_height) ** 2,
-                                                     abs=2e-5)
-    assert terms["swing_height"][1] == 0.0  # no foot in the air
-    # the clock's arch at phase 0.6: the left foot 1/9 into its swing, the right in stance
-    arch = c.swing_height * math.sin(math.pi * (0.6 - 0.55) / 0.45)
+    assert clock.stance_expected(step).tolist() == [[False, True]] * 2
+    assert gait_contact(step).tolist() == pytest.approx([1.0, 1.0])  # one of two matches
     m, d = sim.model, mujoco.MjData(sim.model)  # each foot's height, by MuJoCo itself
     feet = [m.geom(f).id for f in G1.feet]
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_kinematics(m, d)
     home = d.geom_xpos[feet, 2].copy()
+    heights = []
     for env_i in (0, 1):
         d.qpos[:] = q[env_i].double().numpy()
         mujoco.mj_kinematics(m, d)
-        left, right = d.geom_xpos[feet, 2] - home
-        miss = (left - arch) ** 2 + right ** 2
-        assert terms["feet_phase"][env_i] == pytest.approx(
+        heights.append(d.geom_xpos[feet, 2] - home)
+    up = heights[0]
+    assert swing_height(step)[0] == pytest.approx(((up - c.swing_height) ** 2).sum(), abs=2e-5)
+    assert swing_height(step)[1] == 0.0  # no foot in the air
+    # the arch: 0 in stance, swing_height at mid-swing, rising and falling alike
+    cycle, swing = (round(x / env.control_dt) for x in (c.gait_period,
+                                                         c.gait_period * (1 - c.stance_share)))
+    assert (cycle, swing) == (40, 18)  # the steps below: stance, and 3 before/at/after mid
+    arch = []
+    for k in (12, cycle - swing // 2 - 3, cycle - swing // 2, cycle - swing // 2 + 3):
+        clock.steps.fill_(k)
+        arch.append(clock.swing_target(step)[0, 0].item())  # the left foot's offset is 0
+    stance, rising, mid, falling = arch
+    assert stance == 0.0 and mid == pytest.approx(c.swing_height, rel=1e-4)
+    assert 0 < rising < mid and rising == pytest.approx(falling, rel=1e-3)
+    # the kernel: exp(-(summed squared miss) / std^2), 1 on target; standing, every target
+    # is 0, so the miss is the feet's heights themselves
+    cmd.seen.zero_()
+    assert clock.stance_expected(step).all()  # standing: both feet down, whatever the clock
+    for env_i in (0, 1):
+        miss = (heights[env_i] ** 2).sum()
+        assert feet_phase(step)[env_i] == pytest.approx(
             math.exp(-miss / c.feet_phase_std ** 2), rel=2e-3), env_i
-    assert terms["deviation"].tolist() == pytest.approx([0.0, 0.01], abs=1e-6)
-    home_z = float(task._home_qpos[2])
-    assert terms["base_height"][0] == pytest.approx(0.05 ** 2, rel=1e-3)
-    assert terms["base_height"][1] == pytest.approx(0.002 ** 2, abs=1e-7)
-    assert home_z == pytest.approx(0.71867)
-    assert terms["joint_limits"].tolist() == [0.0, 0.0]  # home is well inside the ranges
-    # standing command: both feet should be down whatever the clock says
-    task._cmd_seen.zero_()
-    assert task.stance_expected().all()
+    assert feet_phase(step)[0] < 0.2 < 0.99 < feet_phase(step)[1]  # 5 cm up vs on the floor
+    assert task.body.term(Deviation)(step).tolist() == pytest.approx([0.0, 0.01], abs=1e-6)
+    assert base_height(step)[0] == pytest.approx(0.05 ** 2, rel=1e-3)
+    assert base_height(step)[1] == pytest.approx(0.002 ** 2, abs=1e-7)
+    assert task.body.home_height == pytest.approx(0.71867)
+    assert joint_limits(step).tolist() == [0.0, 0.0]  # home is well inside the ranges
 
 
 def test_mirror_is_the_same_gait_half_a_cycle_later():
@@ -184,11 +203,11 @@ def test_mirror_is_the_same_gait_half_a_cycle_later():
     observe = env.observe
 
     def later():  # the mirrored state's observation, half a cycle later on the clock
-        env.task._clock += half
+        env.task.body.term(GaitClock).steps += half
         try:
             return observe()
         finally:
-            env.task._clock -= half
+            env.task.body.term(GaitClock).steps -= half
     calls = iter([observe, later])
     env.observe = lambda *a: next(calls)(*a)
     policy, _ = _check(env, G1.mirror)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from trot.tasks.terms.terrain import Terrain, TerrainCurriculum
 from trot import heightfield as hf
 from trot.tasks import make_env
 from trot.tasks import terrain as tr
@@ -238,15 +239,15 @@ def test_gait_terms_measure_heights_above_the_terrain():
     for _ in range(5):
         env.step(torch.zeros(env.num_envs, env.action_dim))
     task, model = env.task, env.sim.model
-    feet = task._feet_pos(env.sim).double().numpy()  # [N, F, 3]
+    feet = task.body.feet_pos().double().numpy()  # [N, F, 3]
     ground = _ray_heights(model, feet[..., 0].ravel(), feet[..., 1].ravel())
-    want = feet[..., 2] - ground.reshape(feet.shape[:2]) - task._foot_home_z.numpy()
-    assert np.abs(task.feet_height(env.sim).double().numpy() - want).max() < 1e-4
+    want = feet[..., 2] - ground.reshape(feet.shape[:2]) - task.body.foot_home_z.numpy()
+    assert np.abs(task.body.feet_height().double().numpy() - want).max() < 1e-4
     assert np.abs(want).max() < 0.02  # standing: every foot near its home height
     base = env.sim.qpos[:, :3].double().numpy()
     want = base[:, 2] - _ray_heights(model, base[:, 0], base[:, 1])
-    assert np.abs(task.base_height(env.sim).double().numpy() - want).max() < 1e-4
-    assert (env.sim.qpos[:, 2] - task.base_height(env.sim)).abs().max() > 0.1  # raised
+    assert np.abs(task.body.base_height().double().numpy() - want).max() < 1e-4
+    assert (env.sim.qpos[:, 2] - task.body.base_height()).abs().max() > 0.1  # raised
 
 
 def test_policy_scan_adds_the_episode_offset_that_the_critic_scan_lacks():
@@ -284,23 +285,23 @@ def test_feet_do_not_sink_into_the_heightfield_under_random_actions():
     below = []
     for _ in range(150):
         env.step((torch.randn(env.num_envs, env.action_dim) * 0.6).clamp(-1, 1))
-        below.append(env.task.feet_height(env.sim) < -0.02)
+        below.append(env.task.body.feet_height() < -0.02)
     assert torch.stack(below).float().mean() < 0.05
 
 
 def test_spawns_start_above_the_steepest_tiles_without_penetration():
     env = _rough_env(n=14, curriculum=False, start_row=2)
-    top = env.task.active.config.rows - 1
+    top = env.task.body.term(Terrain).rows - 1
     env.reset()
     model, data = env.sim.model, mujoco.MjData(env.sim.model)
-    centres = env.task._centers[top, env.task._col, :2]
+    centres = env.task.body.term(Terrain).centers[top, env.task.body.term(Terrain).col, :2]
     assert (env.sim.qpos[:, :2] - centres).abs().max() <= env.task.config.spawn_spread + 1e-6
     for i in range(env.num_envs):
         data.qpos[:] = env.sim.qpos[i].double().numpy()
         mujoco.mj_forward(model, data)
         depth = [data.contact[k].dist for k in range(data.ncon)]
         assert min(depth, default=0.0) > -1e-4, (i, min(depth))
-    assert (env.task._level == top).all()
+    assert (env.task.body.term(Terrain).level == top).all()
 
 
 def test_curriculum_moves_rows_by_legged_gyms_rule():
@@ -310,27 +311,27 @@ def test_curriculum_moves_rows_by_legged_gyms_rule():
     time left (env 6: 1 m asked so far, 1 m/s for the 19 s left)."""
     env = _rough_env(n=7)
     env.reset()
-    task, rows = env.task, env.task.active.config.rows
-    task._level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1, 1]))
+    task, rows = env.task, env.task.body.term(Terrain).rows
+    task.body.term(Terrain).level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1, 1]))
     walked = torch.tensor([2.0, 0.4, 0.4, 2.0, 1.0, 2.0, 1.0])  # half a tile: 1.5 m
-    task._cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0, 1.0]))
-    task._elapsed.fill_(task.config.episode_seconds)
-    task._elapsed[6] = 1.0
+    task.body.term(TerrainCurriculum).cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0, 1.0]))
+    task.body.term(TerrainCurriculum).elapsed.fill_(task.config.episode_seconds)
+    task.body.term(TerrainCurriculum).elapsed[6] = 1.0
     task.command.zero_()
     task.command[6, 0] = 1.0
     q = env.sim.qpos.clone()
-    q[:, :2] = task._tile_centre()
+    q[:, :2] = task.body.term(Terrain).tile_centre()
     q[:, 0] += walked
     everyone = torch.ones(7, dtype=torch.bool)
     env.sim.reset(everyone, q, env.sim.qvel.clone())
     mask = torch.tensor([True, True, True, True, True, False, True])
     task.episode_end(env.sim, mask)
-    assert task._level[[0, 1, 2, 4, 5, 6]].tolist() == [2, 0, 0, 1, 1, 0]
-    levels = {int(task._level[3])}
+    assert task.body.term(Terrain).level[[0, 1, 2, 4, 5, 6]].tolist() == [2, 0, 0, 1, 1, 0]
+    levels = {int(task.body.term(Terrain).level[3])}
     for _ in range(20):
-        task._level[3] = rows - 1
+        task.body.term(Terrain).level[3] = rows - 1
         task.episode_end(env.sim, mask)
-        levels.add(int(task._level[3]))
+        levels.add(int(task.body.term(Terrain).level[3]))
     assert levels <= set(range(rows)) and len(levels) > 1  # spread over the rows
 
 
@@ -341,11 +342,11 @@ def test_levels_start_from_the_env_seed_and_leaving_the_map_truncates():
     c = make_env("go1-rough", num_envs=64, seed=4, config=a.task.config)
     for env in (a, b, c):
         env.reset()
-    assert torch.equal(a.task._level, b.task._level)
-    assert not torch.equal(a.task._level, c.task._level)
-    assert a.task._level.max() <= a.task.config.init_level
+    assert torch.equal(a.task.body.term(Terrain).level, b.task.body.term(Terrain).level)
+    assert not torch.equal(a.task.body.term(Terrain).level, c.task.body.term(Terrain).level)
+    assert a.task.body.term(Terrain).level.max() <= a.task.config.init_level
     q = a.sim.qpos.clone()
-    q[0, 0] = a.task._bounds[2] + 0.01  # beyond the map's +x edge
+    q[0, 0] = a.task.body.term(Terrain).bounds[2] + 0.01  # beyond the map's +x edge
     a.sim.reset(torch.ones(64, dtype=torch.bool), q, a.sim.qvel.clone())
     res = a.step(torch.zeros(64, a.action_dim))
     assert bool(res.truncated[0]) and not bool(res.terminated[0])
@@ -357,12 +358,16 @@ def test_terrain_level_is_logged_and_checkpointed():
     for _ in range(5):
         env.step(torch.zeros(env.num_envs, env.action_dim))
     level = env.task.iteration_metrics()["terrain_level"]
-    assert float(level) == pytest.approx(env.task._level.float().mean().item())
+    assert float(level) == pytest.approx(env.task.body.term(Terrain).level.float().mean().item())
     state = env.state_dict()
     twin = _rough_env(n=8)
     twin.load_state_dict(state)
-    for name in ("_level", "_col", "_next_col", "_cmd_dist", "_elapsed", "_reached"):
-        assert torch.equal(getattr(twin.task, name), getattr(env.task, name))
+    for cls in (Terrain, TerrainCurriculum):
+        mine, theirs = env.task.body.term(cls), twin.task.body.term(cls)
+        for name in ("level", "col", "next_col", "reached") if cls is Terrain else (
+                "cmd_dist", "elapsed"):
+            assert torch.equal(getattr(theirs, name), getattr(mine, name)), name
+    assert not twin.task.body.term(Terrain).fresh  # no second first-reset draw
 
 
 def test_the_curriculum_clock_is_the_env_clock_from_a_staggered_start():
@@ -375,7 +380,8 @@ def test_the_curriculum_clock_is_the_env_clock_from_a_staggered_start():
     assert bool((env.episode_step > 0).any())
     resets = 0
     for _ in range(15):
-        assert torch.allclose(env.task._elapsed, env.episode_step * env.control_dt, atol=1e-5)
+        clock = env.task.body.term(TerrainCurriculum).elapsed
+        assert torch.allclose(clock, env.episode_step * env.control_dt, atol=1e-5)
         resets += int(env.step(torch.zeros(env.num_envs, env.action_dim)).truncated.sum())
     assert resets >= env.num_envs
 
@@ -389,7 +395,7 @@ def test_a_fall_past_the_tile_edge_is_not_a_crossing():
     env.reset()
     task = env.task
     q, v = env.sim.qpos.clone(), env.sim.qvel.clone()
-    q[:, :2] = task._tile_centre()
+    q[:, :2] = task.body.term(Terrain).tile_centre()
     q[:, 0] += 0.6 * task.config.tile_size  # past the edge (half a tile)
     q[:, 2] += 0.3
     q[0, 3:7] = torch.tensor([0.0, 1.0, 0.0, 0.0])  # env 0 upside down: it has fallen

@@ -81,6 +81,9 @@ class Velocity:
     config: type[LeggedConfig] = LeggedConfig
     changes: tuple[tuple[str, Any], ...] = field(default=())
     """this task's settings over its config class's defaults (per-robot tuning)"""
+    edit: Callable[[mujoco.MjSpec], None] | None = None
+    """a change to the model after trot's own edits (e.g. primitive collision geoms for a
+    robot whose collision geometry is meshes; docs/tasks.md)"""
 
     def __post_init__(self) -> None:
         """Checks where the declaration is written (nothing is changed)."""
@@ -131,6 +134,8 @@ class Locomotion(Task[LeggedConfig]):
         self._floor = lr.floor_geom(spec)
         if Terrain in self.decl.ground:
             self._floor = add_ground(spec, self.config, self._floor)
+        if self.decl.edit is not None:
+            self.decl.edit(spec)
         r = self.robot  # names the spec fixes, for observation terms and bind
         self._contacts = {b: lr.contact_sensors(r, spec, b)
                           for b in (*r.terminate_contacts, *r.penalize_contacts)}

@@ -73,21 +73,33 @@ def test_tasks_md_example_builds_and_steps(doc_scope):
 
 
 def test_tasks_md_locomotion_variants_register_and_run(doc_scope):
+    """The page's variants: go1-sprint's ranges; go1-high-steps' new term on hand-set
+    heights (worked out here), weighted per second; go2-rough on the terrain with the
+    curriculum. The bugs: a term added to a declaration but not run, weighted without dt,
+    or a ground that the composition does not build."""
     sprint = trot.make_env("go1-sprint", num_envs=256, seed=1)
     sprint.reset()
     cmd = sprint.task.command  # [N, 3] within the variant's ranges, none standing
     assert (cmd[:, 0] >= 1.0).all() and (cmd[:, 0] <= 2.0).all() and (cmd[:, 1] == 0).all()
-    low = doc_scope["low"]  # go1-low: the extra term is computed, weighted by dt and logged
-    task = low.task
-    assert task.dt == 0.02
-    low.sim.qpos[:3, 2] = torch.tensor([0.34, 0.20, 0.24])  # base heights set by hand, m
-    weight, value = task.reward_terms(low.sim, torch.zeros(32, low.action_dim))["height"]
-    # (0.34 - 0.24)^2 = 0.01, (0.20 - 0.24)^2 = 0.0016, on target: 0
-    assert weight == -50.0
-    assert value[:3].tolist() == pytest.approx([0.01, 0.0016, 0.0], abs=1e-7)
-    _, terms = task.reward(low.sim, torch.zeros(32, low.action_dim))
-    # x w -50 x dt 0.02 = x -1
-    assert terms["height"][:3].tolist() == pytest.approx([-0.01, -0.0016, 0.0], abs=1e-7)
+    assert sprint.task.weights["lin_vel"] == 2.0
+    high = doc_scope["high"]
+    task, sim = high.task, high.sim
+    assert task.dt == 0.02 and task.config.clearance == 0.06
+    q, v = sim.qpos.clone(), torch.zeros_like(sim.qvel)
+    q[0] = task.body.home_qpos  # env 0 at home, lifted 2 cm: every foot in the air, 4 cm
+    q[0, 2] += 0.02  # short of the clearance
+    sim.reset(torch.ones(32, dtype=torch.bool), q, v)
+    feet_up = task.body.feet_height()[0]  # [4] m above home, MuJoCo's forward kinematics
+    assert feet_up.tolist() == pytest.approx([0.02] * 4, abs=2e-3)
+    assert not task.body.foot_contact()[0].any()
+    _, terms = task.reward(sim, torch.zeros(32, high.action_dim))
+    want = -20.0 * 0.02 * float(((0.06 - feet_up) ** 2).sum())  # x w -20 x dt 0.02
+    assert terms["foot_clearance"][0].item() == pytest.approx(want, rel=1e-4)
+    assert want < -5e-4
+    rough = trot.make_env("go2-rough", num_envs=8, seed=0)
+    rough.reset()
+    assert rough.task.floor() == "terrain" and rough.task.truncated(rough.sim) is not None
+    assert "terrain_level" in rough.task.iteration_metrics()
 
 
 def test_tasks_md_robot_and_its_primitive_collision_variant_build(doc_scope):
@@ -95,7 +107,7 @@ def test_tasks_md_robot_and_its_primitive_collision_variant_build(doc_scope):
 
     import my_robot
 
-    task = my_robot.MyQuadrupedPrimitives(trot.tasks.get_task("my-quadruped-flat").config)
+    task = my_robot.MY_QUADRUPED_PRIMITIVES(trot.tasks.get_task("my-quadruped-flat").config)
     m = task.build().compile()
     shank = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "LF_shank")
     added = [g for g in range(m.ngeom) if m.geom_bodyid[g] == shank

@@ -17,22 +17,23 @@ import torch
 
 import trot
 from trot import faults
-from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
-                                   remove_stale_temps, save_checkpoint)
+from trot.agents.checkpoint import save_checkpoint
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      Comm, rank_seed)
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.overlap import Prefetch
 from trot.agents.ppo import PPO
+from trot.agents.rollback import Rollback
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig, load_json, save_json, to_json
+from trot.config import TrainConfig, to_json
+from trot.runs import (CHECKPOINT, new_run_dir, read_checkpoint, remove_stale_temps,
+                       run_config, write_config)
 from trot.sim.base import available_cpus
 from trot.tasks.env import Env
 from trot.tasks.registry import make_env
 
 MAX_CONSECUTIVE_NAN = 5
-CHECKPOINT = "checkpoint.pt"
 
 
 class TrainingDiverged(RuntimeError):
@@ -337,39 +338,12 @@ def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
     return Trainer(cfg, env, comm)
 
 
-def new_run_dir(cfg: TrainConfig) -> Path:
-    """cfg.run_dir, which must not hold a run yet (its TensorBoard events and checkpoint
-    would mix with the new run's), or runs/<task>/<time>, -2, -3 ... where two runs start
-    within one second."""
-    if cfg.run_dir:
-        d = Path(cfg.run_dir)
-        if (d / "config.json").exists():
-            raise ValueError(f"{d} already holds a run: continue it with `trot train "
-                             f"--resume {d}`, or give another --run-dir")
-        return d
-    base = Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
-    d, k = base, 1
-    while d.exists():
-        k += 1
-        d = base.with_name(f"{base.name}-{k}")
-    return d
-
-
 def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path]:
     run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
     trainer = build(cfg, comm)
     if comm.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_json(run_dir / "config.json", cfg)
+        write_config(run_dir, cfg)
     return trainer, run_dir
-
-
-def run_config(run_dir: Path) -> TrainConfig:
-    """The TrainConfig a run directory was started with."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{run_dir} is not a trot run directory (no config.json)")
-    return load_json(path)
 
 
 def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
@@ -388,8 +362,7 @@ def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
     cfg = dataclasses.replace(trainer.cfg, **changes)
     cfg.validate()  # e.g. negative minutes, before they are written
     if changes and write:
-        save_json(Path(run_dir) / "config.json",
-                  dataclasses.replace(run_config(run_dir), **changes))
+        write_config(run_dir, dataclasses.replace(run_config(run_dir), **changes))
     return cfg
 
 
@@ -397,7 +370,7 @@ def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = Non
     """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg = run_config(run_dir)
-    state = load_checkpoint(Path(run_dir) / CHECKPOINT)
+    state = read_checkpoint(run_dir)
     cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
     trainer = build(cfg, comm)
     trainer.load_state_dict(state)

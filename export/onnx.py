@@ -19,10 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trot.agents.checkpoint import temp_prefix
 from trot.agents.networks import Acting
 from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
-from trot.runs import LoadedRun, load_run
+from trot.runs import LoadedRun, load_run, temp_prefix
 
 OPSET = 18
 PARITY_TOL = 1e-5

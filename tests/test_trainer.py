@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trot.agents.checkpoint import CheckpointError, atomic_write, load_checkpoint
+from trot.agents.checkpoint import CheckpointError, load_checkpoint
 from trot.agents.config import PPOConfig, tuned
-from trot.agents.trainer import (CHECKPOINT, MAX_CONSECUTIVE_NAN, TrainingDiverged, build,
-                                 resume_run)
+from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged, build, resume_run
 from trot.config import TrainConfig, save_json
+from trot.runs import CHECKPOINT, atomic_write
 from trot.tasks.registry import get_task, task_names
 
 TASK = "cartpole-balance"

@@ -149,17 +149,17 @@ def test_resume_is_bitwise_on_every_task(tmp_path, task):
 def test_action_noise_comes_from_the_checkpointed_generator(tmp_path):
     """Not from torch's global generator, which a GPU checkpoint would not restore."""
     trainer, run_dir = _new_run(_cfg(tmp_path, num_envs=4))
-    before, noise = torch.get_rng_state(), trainer.noise_gen.get_state()
+    before, noise = torch.get_rng_state(), trainer.collector.noise_gen.get_state()
     # its own stream: not the env's (start states, commands) nor the minibatch shuffles'
     streams = [torch.Generator().manual_seed(trainer.env.seed).get_state(),
                trainer.gen.get_state()]
     assert not any(torch.equal(noise, s) for s in streams)
     trainer.collect()
     assert torch.equal(torch.get_rng_state(), before)  # the global stream is untouched
-    assert not torch.equal(trainer.noise_gen.get_state(), noise)
+    assert not torch.equal(trainer.collector.noise_gen.get_state(), noise)
     trainer.save(run_dir)
     saved = load_checkpoint(run_dir / CHECKPOINT)["ranks"][0]["noise_gen"]
-    assert torch.equal(saved, trainer.noise_gen.get_state())
+    assert torch.equal(saved, trainer.collector.noise_gen.get_state())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

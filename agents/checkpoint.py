@@ -16,7 +16,7 @@ import torch
 from trot import faults
 from trot.runs import CheckpointError, atomic_write
 
-__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_checkpoint", "require_keys", "save_checkpoint"]
 
 
 def _check_plain(x: Any, where: str) -> None:
@@ -64,6 +64,19 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
     if not isinstance(payload, dict) or "model" not in payload:
         raise CheckpointError(f"{path} is not a trot checkpoint (no model state)")
     return payload
+
+
+def require_keys(state: dict, keys: tuple[str, ...], where: str) -> None:
+    """Refuse a checkpoint that lacks what trot 0.1 writes: a development trot's older
+    format, which no release wrote, would otherwise load with defaults and quietly continue
+    a different run."""
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(
+            f"{where} lacks {', '.join(map(repr, missing))}: it was written by a trot before "
+            f"0.1's checkpoint format, which this trot does not read (it holds "
+            f"{sorted(state)}; 0.1 writes {sorted(keys)}). Retrain the run, or finish it with "
+            "the trot that wrote it")
 
 
 def _first_line(e: Exception) -> str:

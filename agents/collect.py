@@ -43,6 +43,8 @@ class Collector:
     """The learner's own actor acts; the rollout is its current policy's."""
 
     lagged = False  # whether the rollout's policy is older than the learner's
+    keys: tuple[str, ...] = ("noise_gen", "policy_state")  # state_dict's, for each rank
+    shared_keys: tuple[str, ...] = ()  # shared_state's
 
     def __init__(self, cfg: TrainConfig, env: Env, algo: PPO, ac: ActorCritic,
                  storage: Rollout, noise_seed: int):
@@ -94,14 +96,10 @@ class Collector:
         return {}
 
     def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
-        # checkpoints before the noise generator: the noise came from the global CPU
-        # generator, whose state (same format) continues that stream exactly
-        noise = mine.get("noise_gen", mine["torch_rng"] if self.env.device.type == "cpu"
-                         else None)
-        if noise is not None:
-            self.noise_gen.set_state(noise)
-        if "policy_state" in mine:  # checkpoints before memory policies have none
-            self.policy_state = mine["policy_state"].to(self.env.device)
+        """mine: this rank's entry of the checkpoint's ranks (`keys` checked by the trainer),
+        checkpoint: the whole of it (`shared_keys`)."""
+        self.noise_gen.set_state(mine["noise_gen"])
+        self.policy_state = mine["policy_state"].to(self.env.device)
 
 
 class LaggedCollector(Collector):
@@ -109,6 +107,7 @@ class LaggedCollector(Collector):
     K + 1 updates (device tensors, normalizer included), the oldest loaded into a copy."""
 
     lagged = True
+    shared_keys = ("actor_snapshots",)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -134,15 +133,16 @@ class LaggedCollector(Collector):
 
     def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
         super().load_state_dict(mine, checkpoint)
-        self.actor_snapshots.clear()  # a checkpoint without them restarts the lag from now
-        self.actor_snapshots.extend(checkpoint.get("actor_snapshots",
-                                                   [_clone_state(self.ac.actor)]))
+        self.actor_snapshots.clear()
+        self.actor_snapshots.extend(checkpoint["actor_snapshots"])
 
 
 class PrefetchCollector(LaggedCollector):
     """Rollout k is handed out while rollout k+1 is collected on a worker thread by the
     actor before update k, into a second buffer; `join` waits for it. The collected, not
     yet learned from rollout is part of the checkpoint."""
+
+    keys = (*LaggedCollector.keys, "pending")
 
     def __init__(self, *args, spare: Rollout):
         super().__init__(*args)
@@ -160,7 +160,7 @@ class PrefetchCollector(LaggedCollector):
 
     def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
         super().load_state_dict(mine, checkpoint)
-        self.prefetch.load_state_dict(mine.get("pending"))
+        self.prefetch.load_state_dict(mine["pending"])
 
 
 def make_collector(cfg: TrainConfig, env: Env, algo: PPO, ac: ActorCritic,

@@ -19,7 +19,7 @@ import torch
 
 import trot
 from trot import faults
-from trot.agents.checkpoint import save_checkpoint
+from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      Comm, rank_seed)
@@ -35,6 +35,10 @@ from trot.tasks.env import Env
 from trot.tasks.registry import make_env
 
 MAX_CONSECUTIVE_NAN = 5
+# what a checkpoint holds besides the collector's keys: at its top, and for each rank
+STATE_KEYS = ("model", "algo", "ranks", "iteration", "env_steps", "wall_s", "nan_updates",
+              "consecutive_nan")
+RANK_KEYS = ("env", "gen", "torch_rng")
 
 
 class TrainingDiverged(RuntimeError):
@@ -147,8 +151,12 @@ class Trainer:
         } | self.collector.shared_state()
 
     def load_state_dict(self, s: dict) -> None:
-        ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
-        if len(ranks) != self.comm.world_size:  # before anything is loaded
+        """Checked before anything is loaded: the format and the process count."""
+        require_keys(s, STATE_KEYS + self.collector.shared_keys, "the checkpoint")
+        ranks = s["ranks"]
+        for i, r in enumerate(ranks):
+            require_keys(r, RANK_KEYS + self.collector.keys, f"the checkpoint's ranks[{i}]")
+        if len(ranks) != self.comm.world_size:
             raise ValueError(_process_count_error(len(ranks), self.comm.world_size))
         self.ac.load_state_dict(s["model"])
         self.algo.load_state_dict(s["algo"])
@@ -158,7 +166,7 @@ class Trainer:
         torch.set_rng_state(mine["torch_rng"])
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
-        self._consecutive_nan = s.get("consecutive_nan", 0)  # older checkpoints: none
+        self._consecutive_nan = s["consecutive_nan"]
         self.collector.load_state_dict(mine, s)
 
     def save(self, run_dir: Path) -> None:
@@ -260,26 +268,6 @@ def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path
     if comm.is_main:
         write_config(run_dir, cfg)
     return trainer, run_dir
-
-
-def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
-                 minutes: float | None, write: bool = True) -> TrainConfig:
-    """The resumed run's config with new budgets (None: kept), saved to its config.json
-    (`write`: on rank 0) so that a later plain --resume keeps them. A budget the run has
-    already spent is refused: it would stop at once."""
-    if max_env_steps is not None and max_env_steps <= trainer.env_steps:
-        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
-                         f"{trainer.env_steps} env steps {run_dir} has done")
-    if minutes is not None and 0 < minutes * 60 <= trainer.wall_s:  # 0: no time limit
-        raise ValueError(f"--minutes {minutes} is not above the {trainer.wall_s / 60:.1f} "
-                         f"minutes {run_dir} has trained")
-    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
-               if v is not None}
-    cfg = dataclasses.replace(trainer.cfg, **changes)
-    cfg.validate()  # e.g. negative minutes, before they are written
-    if changes and write:
-        write_config(run_dir, dataclasses.replace(run_config(run_dir), **changes))
-    return cfg
 
 
 def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:

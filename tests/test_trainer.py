@@ -233,6 +233,31 @@ def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     assert not (tmp_path / "nope").exists()
 
 
+def test_a_checkpoint_in_a_format_before_0_1_is_refused(tmp_path):
+    """Each key a development trot before 0.1 did not write (ranks, the noise generator,
+    the acting memory, the NaN streak, the actor snapshots, the pending rollout) is refused,
+    named, before anything is loaded. The bug: loading such a file with defaults (a fresh
+    noise stream or the global RNG's, no memory, the lag restarted from now), so a resume
+    silently continues another run than the one saved."""
+    cfg = dataclasses.replace(_cfg(tmp_path, num_envs=8), actor_lag=1, async_collect=True)
+    tr = build(cfg)
+    tr.iterate()
+    state = tr.state_dict()
+    fresh = build(cfg)
+    before = fresh.ac.state_dict()["actor.mean.weight"].clone()
+    for key in ("ranks", "consecutive_nan", "actor_snapshots"):
+        with pytest.raises(CheckpointError, match=rf"the checkpoint lacks '{key}'.*before 0\.1"):
+            fresh.load_state_dict({k: v for k, v in state.items() if k != key})
+    for key in ("noise_gen", "policy_state", "pending"):
+        rank = {k: v for k, v in state["ranks"][0].items() if k != key}
+        with pytest.raises(CheckpointError, match=rf"ranks\[0\] lacks '{key}'.*before 0\.1"):
+            fresh.load_state_dict(dict(state, ranks=[rank]))
+    assert fresh.iteration == 0  # refused before anything was loaded
+    assert torch.equal(fresh.ac.state_dict()["actor.mean.weight"], before)
+    fresh.load_state_dict(state)
+    assert fresh.iteration == 1
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_resume_from_corrupt_checkpoint(tmp_path, damage):
     cfg = _cfg(tmp_path)

@@ -131,6 +131,27 @@ def run_config(run_dir: Path) -> TrainConfig:
     return load_json(path)
 
 
+def raise_budget(run_dir: Path, cfg: TrainConfig, env_steps: int, wall_s: float,
+                 max_env_steps: int | None, minutes: float | None,
+                 write: bool = True) -> TrainConfig:
+    """The resumed run's config `cfg` with new budgets (None: kept), saved to its
+    config.json (`write`: on rank 0) so that a later plain --resume keeps them. A budget
+    the run has already spent (env_steps, wall_s) is refused: it would stop at once."""
+    if max_env_steps is not None and max_env_steps <= env_steps:
+        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
+                         f"{env_steps} env steps {run_dir} has done")
+    if minutes is not None and 0 < minutes * 60 <= wall_s:  # 0: no time limit
+        raise ValueError(f"--minutes {minutes} is not above the {wall_s / 60:.1f} "
+                         f"minutes {run_dir} has trained")
+    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
+               if v is not None}
+    cfg = dataclasses.replace(cfg, **changes)
+    cfg.validate()  # e.g. negative minutes, before they are written
+    if changes and write:
+        write_config(run_dir, dataclasses.replace(run_config(run_dir), **changes))
+    return cfg
+
+
 def read_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
     """The run's last checkpoint (agents/checkpoint.py: loading it runs no code)."""
     # imported here: agents/checkpoint.py writes through this module

@@ -157,11 +157,11 @@ def require_export_deps() -> None:
 
 
 def check_written_model(contract: dict, xml: str, files: dict[str, bytes]) -> None:
-    """The checks the runner makes at load (runner.check_model), on the model.xml about to
+    """The checks the runner makes at load (checks.check_model), on the model.xml about to
     be written: an export the robot side would refuse is never written."""
     import mujoco
 
-    from trot.export.runner import ContractError, check_model
+    from trot.export.checks import ContractError, check_model
 
     try:
         check_model(contract, mujoco.MjModel.from_xml_string(xml, assets=files))

@@ -86,14 +86,15 @@ class Trainer:
         return ro
 
     def iterate(self) -> dict[str, float]:
-        """One iteration; returns plain floats after the iteration's single host sync."""
+        """collect -> values -> prepare (GAE or V-trace, PopArt) -> update -> one host sync;
+        returns the iteration's metrics as plain floats."""
         self.rollback.save()
         ro = self.collect()
         self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks
         batch = self.algo.prepare(ro)
         stats = self.algo.update(batch, self.gen, lagged=self.collector.lagged)
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
-        self.collector.join()
+        self.collector.join()  # a rollout collected meanwhile: the env is ours again
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         # the env's statistics live where its physics does (the host, in Sebulba mode)
@@ -109,7 +110,7 @@ class Trainer:
         m = dict(zip(names, values))
         self.iteration += 1
         self._undo_if_nan(m.pop("finite") < 1.0)
-        self.collector.after_update()
+        self.collector.after_update()  # lagged: a snapshot of the actor as it now stands
         if m.get("episodes", 0) == 0:
             m = {k: v for k, v in m.items() if not (k.startswith("episode_")
                                                      or k.startswith("reward/"))}

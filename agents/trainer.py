@@ -1,38 +1,44 @@
-"""The runner: rollout -> GAE -> PopArt -> update -> one host sync -> log -> checkpoint.
+"""The runner: rollout -> values -> GAE -> PopArt -> update -> one host sync -> log ->
+checkpoint.
 
 rsl_rl's split: the env (tasks/env.py) knows episodes, the algorithm (ppo.py) knows losses,
-the storage (storage.py) knows shapes, and this file only orders them in time.
+the storage (storage.py) knows shapes, the collector (collect.py) knows who acts (the
+learner's actor, a lagged one, or one on a second thread), and this file only orders them
+in time. The run directory's files are trot/runs.py's.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import dataclasses
 import signal
 import time
-from collections import deque
 from pathlib import Path
 
 import torch
 
 import trot
 from trot import faults
-from trot.agents.checkpoint import (CheckpointError, Rollback, load_checkpoint,
-                                   remove_stale_temps, save_checkpoint)
+from trot.agents.checkpoint import require_keys, save_checkpoint
+from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      Comm, rank_seed)
 from trot.agents.logger import RunLogger, progress_line
-from trot.agents.networks import ActorCritic, reset_state
-from trot.agents.overlap import Prefetch
+from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
+from trot.agents.rollback import Rollback
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig, load_json, save_json, to_json
-from trot.sim.base import available_cpus
+from trot.config import TrainConfig, to_json
+from trot.runs import (CHECKPOINT, new_run_dir, read_checkpoint, remove_stale_temps,
+                       run_config, write_config)
 from trot.tasks.env import Env
 from trot.tasks.registry import make_env
 
 MAX_CONSECUTIVE_NAN = 5
-CHECKPOINT = "checkpoint.pt"
+# what a checkpoint holds besides the collector's keys: at its top, and for each rank
+STATE_KEYS = ("model", "algo", "ranks", "iteration", "env_steps", "wall_s", "nan_updates",
+              "consecutive_nan")
+RANK_KEYS = ("env", "gen", "torch_rng")
 
 
 class TrainingDiverged(RuntimeError):
@@ -54,66 +60,23 @@ class Trainer:
         buffer = lambda: Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,  # noqa: E731
                                           env.critic_obs_dim, env.action_dim, dev,
                                           self.ac.actor.state_size)
-        self.storage = buffer()
-        # async_collect: the next rollout fills a second buffer while the update runs
-        self.prefetch = Prefetch((self.storage, buffer()), self._collect_steps) \
-            if cfg.async_collect else None
-        # the acting actor's memory [N, S], carried across iterations, zeroed at episode ends
-        self.policy_state = self.ac.actor.initial_state(env.num_envs, dev)
+        # plain, lagged (actor_lag) or prefetching (async_collect): agents/collect.py
+        self.collector = make_collector(cfg, env, self.algo, self.ac, buffer,
+                                        rank_seed(cfg.seed + NOISE_STREAM, comm.rank))
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(
             rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))
-        # action noise: an explicit, checkpointed generator on the device (each rank its
-        # own stream), so a resumed run draws what the straight one would, on a GPU too
-        self.noise_gen = torch.Generator(device=dev).manual_seed(
-            rank_seed(cfg.seed + NOISE_STREAM, comm.rank))
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0
         self.nan_updates = 0
         self._consecutive_nan = 0
-        # actor_lag K: the actor's state after each of the last K + 1 updates (device tensors,
-        # normalizer included); collect() acts with the oldest through `behaviour_actor`
-        self.actor_snapshots: deque[dict[str, torch.Tensor]] = deque(maxlen=cfg.actor_lag + 1)
-        self.behaviour_actor = None
-        if cfg.actor_lag > 0:
-            self.behaviour_actor = copy.deepcopy(self.ac.actor).requires_grad_(False)
-            self.actor_snapshots.append(_clone_state(self.ac.actor))
         env.reset(stagger=cfg.stagger_start)
 
     # ------------------------------------------------------------------ one iteration
     def collect(self) -> Rollout:
-        """One rollout into the storage, acting with the actor of `actor_lag` updates ago
-        (the learner's own without a lag), with its V(s_t)."""
-        lagged = self.actor_snapshots[0] if self.behaviour_actor is not None else None
-        ro = self._collect_steps(self.storage, lagged)
-        set_threads(self.cfg.update_threads)  # the sim is idle: the critic pass gets the cores
-        return self._values(ro)
-
-    @torch.no_grad()
-    def _collect_steps(self, ro: Rollout, actor_state: dict | None) -> Rollout:
-        """Steps the envs T times into `ro`, acting with the behaviour actor loaded with
-        `actor_state` (None: the learner's own actor). It touches only the env, the
-        behaviour actor, the noise generator and the acting memory (agents/overlap.py)."""
-        env, actor = self.env, None
-        if actor_state is not None:
-            actor = self.behaviour_actor
-            actor.load_state_dict(actor_state)
-        ro.state0.copy_(self.policy_state)
-        state = self.policy_state
-        for t in range(ro.steps):
-            obs = env.obs
-            action, log_prob, mean, state = self.algo.act(obs.policy, actor, self.noise_gen,
-                                                          state)
-            res = env.step(action)
-            if state.shape[1]:  # a new episode's memory starts from zero
-                state = reset_state(state, res.terminated | res.truncated)
-            ro.write(t, obs=obs.policy, critic_obs=obs.critic, actions=action,
-                     log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
-                     truncated=res.truncated, final_critic_obs=res.final_obs.critic,
-                     action_mean=mean)
-        self.policy_state = state
-        return ro
+        """This iteration's rollout (agents/collect.py), with its V(s_t)."""
+        return self._values(self.collector.collect())
 
     @torch.no_grad()
     def _values(self, ro: Rollout) -> Rollout:
@@ -123,22 +86,15 @@ class Trainer:
         return ro
 
     def iterate(self) -> dict[str, float]:
-        """One iteration; returns plain floats after the iteration's single host sync."""
+        """collect -> values -> prepare (GAE or V-trace, PopArt) -> update -> one host sync;
+        returns the iteration's metrics as plain floats."""
         self.rollback.save()
-        if self.prefetch is None:
-            set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores to step
-            ro = self.collect()  # ends on the update's threads
-        else:  # rollout k; k+1 is collected meanwhile, by the actor before this update
-            set_threads(self.cfg.torch_threads)  # beside MuJoCo's threads, as while stepping
-            ro = self._values(self.prefetch.begin(self.actor_snapshots[0],
-                                                  self.actor_snapshots[-1]))
+        ro = self.collect()
         self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks
         batch = self.algo.prepare(ro)
-        behaviour = self.behaviour_actor
-        stats = self.algo.update(batch, self.gen, lagged=behaviour is not None)
+        stats = self.algo.update(batch, self.gen, lagged=self.collector.lagged)
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
-        if self.prefetch is not None:
-            self.prefetch.end()  # the env, its statistics and the noise stream are ours again
+        self.collector.join()  # a rollout collected meanwhile: the env is ours again
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         # the env's statistics live where its physics does (the host, in Sebulba mode)
@@ -153,18 +109,8 @@ class Trainer:
                             finite.float()[None]]).tolist()  # the one host sync
         m = dict(zip(names, values))
         self.iteration += 1
-        if m.pop("finite") < 1.0:  # NaN/Inf reached the weights: undo this update
-            self.rollback.restore()
-            self.nan_updates += 1
-            self._consecutive_nan += 1
-            if self._consecutive_nan >= MAX_CONSECUTIVE_NAN:
-                raise TrainingDiverged(
-                    f"{MAX_CONSECUTIVE_NAN} updates in a row produced NaN/Inf parameters; "
-                    "stopped with the last good checkpoint kept")
-        else:
-            self._consecutive_nan = 0
-        if self.behaviour_actor is not None:
-            self.actor_snapshots.append(_clone_state(self.ac.actor))
+        self._undo_if_nan(m.pop("finite") < 1.0)
+        self.collector.after_update()  # lagged: a snapshot of the actor as it now stands
         if m.get("episodes", 0) == 0:
             m = {k: v for k, v in m.items() if not (k.startswith("episode_")
                                                      or k.startswith("reward/"))}
@@ -172,16 +118,27 @@ class Trainer:
                  nan_updates=self.nan_updates)
         return m
 
+    def _undo_if_nan(self, nan: bool) -> None:
+        """NaN/Inf reached the weights: undo this update; too many in a row stop the run."""
+        if not nan:
+            self._consecutive_nan = 0
+            return
+        self.rollback.restore()
+        self.nan_updates += 1
+        self._consecutive_nan += 1
+        if self._consecutive_nan >= MAX_CONSECUTIVE_NAN:
+            raise TrainingDiverged(
+                f"{MAX_CONSECUTIVE_NAN} updates in a row produced NaN/Inf parameters; "
+                "stopped with the last good checkpoint kept")
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict | None:
         """The checkpoint, on rank 0 (None elsewhere). Every rank must call it: the ranks'
         env and sampling states are gathered into rank 0's file, so resume restores all."""
         ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
                                                   "gen": self.gen.get_state(),
-                                                  "noise_gen": self.noise_gen.get_state(),
-                                                  "torch_rng": torch.get_rng_state(),
-                                                  "policy_state": self.policy_state}
-                                                 | self._pending()))
+                                                  "torch_rng": torch.get_rng_state()}
+                                                 | self.collector.state_dict()))
         if ranks is None:
             return None
         return {
@@ -192,16 +149,15 @@ class Trainer:
             "nan_updates": self.nan_updates, "consecutive_nan": self._consecutive_nan,
             "config": to_json(self.cfg),
             "trot_version": trot.__version__,
-        } | ({"actor_snapshots": list(self.actor_snapshots)} if self.cfg.actor_lag else {})
-
-    def _pending(self) -> dict:
-        """async_collect: the rollout collected during the last update, not yet learned
-        from; resuming without it would collect a different one."""
-        return {} if self.prefetch is None else {"pending": self.prefetch.state_dict()}
+        } | self.collector.shared_state()
 
     def load_state_dict(self, s: dict) -> None:
-        ranks = s.get("ranks", [{k: s[k] for k in ("env", "gen", "torch_rng")}])
-        if len(ranks) != self.comm.world_size:  # before anything is loaded
+        """Checked before anything is loaded: the format and the process count."""
+        require_keys(s, STATE_KEYS + self.collector.shared_keys, "the checkpoint")
+        ranks = s["ranks"]
+        for i, r in enumerate(ranks):
+            require_keys(r, RANK_KEYS + self.collector.keys, f"the checkpoint's ranks[{i}]")
+        if len(ranks) != self.comm.world_size:
             raise ValueError(_process_count_error(len(ranks), self.comm.world_size))
         self.ac.load_state_dict(s["model"])
         self.algo.load_state_dict(s["algo"])
@@ -209,22 +165,10 @@ class Trainer:
         self.env.load_state_dict(mine["env"])
         self.gen.set_state(mine["gen"])
         torch.set_rng_state(mine["torch_rng"])
-        # checkpoints before the noise generator: the noise came from the global CPU
-        # generator, whose state (same format) continues that stream exactly
-        noise = mine.get("noise_gen", mine["torch_rng"] if self.env.device.type == "cpu"
-                         else None)
-        if noise is not None:
-            self.noise_gen.set_state(noise)
         self.iteration, self.env_steps = s["iteration"], s["env_steps"]
-        if "policy_state" in mine:  # checkpoints before memory policies have none
-            self.policy_state = mine["policy_state"].to(self.env.device)
         self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
-        self._consecutive_nan = s.get("consecutive_nan", 0)  # older checkpoints: none
-        if self.prefetch is not None:
-            self.prefetch.load_state_dict(mine.get("pending"))
-        if self.cfg.actor_lag > 0:  # a checkpoint without them restarts the lag from now
-            self.actor_snapshots.clear()
-            self.actor_snapshots.extend(s.get("actor_snapshots", [_clone_state(self.ac.actor)]))
+        self._consecutive_nan = s["consecutive_nan"]
+        self.collector.load_state_dict(mine, s)
 
     def save(self, run_dir: Path) -> None:
         state = self.state_dict()  # a collective: every rank calls save
@@ -281,15 +225,6 @@ class Trainer:
         return run_dir
 
 
-def set_threads(n: int) -> None:
-    """torch's CPU threads: n, or with 0 every core this process may run on (its affinity,
-    which distributed ranks narrow to their share)."""
-    if n <= 0:
-        n = available_cpus()
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-
-
 def _process_count_error(saved: int, now: int) -> str:
     procs = f"{saved} process" + ("es" if saved != 1 else "")
     torchrun = (f", or torchrun --nproc_per_node={saved} -m trot train --resume RUN_DIR"
@@ -298,10 +233,6 @@ def _process_count_error(saved: int, now: int) -> str:
             "rank's env states and random streams are saved in it, so a different process "
             "count cannot continue the run exactly. Resume with `trot train --resume "
             f"RUN_DIR` (it keeps the run's process count, from config.json){torchrun}")
-
-
-def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 class _StopFlag:
@@ -315,19 +246,14 @@ class _StopFlag:
             raise KeyboardInterrupt
         self.requested = signal.Signals(signum).name
 
+    @contextlib.contextmanager
     def installed(self):
-        import contextlib
-
-        @contextlib.contextmanager
-        def ctx():
-            old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for s, h in old.items():
-                    signal.signal(s, h)
-
-        return ctx()
+        old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
@@ -337,67 +263,19 @@ def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
     return Trainer(cfg, env, comm)
 
 
-def new_run_dir(cfg: TrainConfig) -> Path:
-    """cfg.run_dir, which must not hold a run yet (its TensorBoard events and checkpoint
-    would mix with the new run's), or runs/<task>/<time>, -2, -3 ... where two runs start
-    within one second."""
-    if cfg.run_dir:
-        d = Path(cfg.run_dir)
-        if (d / "config.json").exists():
-            raise ValueError(f"{d} already holds a run: continue it with `trot train "
-                             f"--resume {d}`, or give another --run-dir")
-        return d
-    base = Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
-    d, k = base, 1
-    while d.exists():
-        k += 1
-        d = base.with_name(f"{base.name}-{k}")
-    return d
-
-
 def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path]:
     run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
     trainer = build(cfg, comm)
     if comm.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_json(run_dir / "config.json", cfg)
+        write_config(run_dir, cfg)
     return trainer, run_dir
-
-
-def run_config(run_dir: Path) -> TrainConfig:
-    """The TrainConfig a run directory was started with."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{run_dir} is not a trot run directory (no config.json)")
-    return load_json(path)
-
-
-def raise_budget(run_dir: Path, trainer: Trainer, max_env_steps: int | None,
-                 minutes: float | None, write: bool = True) -> TrainConfig:
-    """The resumed run's config with new budgets (None: kept), saved to its config.json
-    (`write`: on rank 0) so that a later plain --resume keeps them. A budget the run has
-    already spent is refused: it would stop at once."""
-    if max_env_steps is not None and max_env_steps <= trainer.env_steps:
-        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
-                         f"{trainer.env_steps} env steps {run_dir} has done")
-    if minutes is not None and 0 < minutes * 60 <= trainer.wall_s:  # 0: no time limit
-        raise ValueError(f"--minutes {minutes} is not above the {trainer.wall_s / 60:.1f} "
-                         f"minutes {run_dir} has trained")
-    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
-               if v is not None}
-    cfg = dataclasses.replace(trainer.cfg, **changes)
-    cfg.validate()  # e.g. negative minutes, before they are written
-    if changes and write:
-        save_json(Path(run_dir) / "config.json",
-                  dataclasses.replace(run_config(run_dir), **changes))
-    return cfg
 
 
 def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:
     """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg = run_config(run_dir)
-    state = load_checkpoint(Path(run_dir) / CHECKPOINT)
+    state = read_checkpoint(run_dir)
     cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
     trainer = build(cfg, comm)
     trainer.load_state_dict(state)

@@ -65,13 +65,12 @@ import statistics
 import time
 from pathlib import Path
 
-from trot.agents.checkpoint import atomic_write
 from trot.agents.evaluate import run_episodes
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import CHECKPOINT, build, resume_run
+from trot.agents.trainer import build, resume_run
 from trot.agents.config import parse_override, tuned
 from trot.config import TrainConfig, save_json
-from trot.runs import course_changes
+from trot.runs import CHECKPOINT, atomic_write, course_changes
 from trot.tasks.registry import get_task, make_env
 
 COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_error",

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+from trot.agents.collect import set_threads
 from trot.agents.config import parse_override, tuned
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build, set_threads
+from trot.agents.trainer import build
 from trot.config import TrainConfig
 from trot.tasks.registry import get_task
 

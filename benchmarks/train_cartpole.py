@@ -24,7 +24,8 @@ import dataclasses
 import time
 
 from trot.agents.evaluate import run_episodes
-from trot.agents.trainer import build, set_threads
+from trot.agents.collect import set_threads
+from trot.agents.trainer import build
 from trot.bench import env_loop
 from trot.agents.config import tuned
 from trot.config import TrainConfig

@@ -10,12 +10,12 @@ import json
 from typing import Any
 
 from trot import __version__
+from trot.export.checks import CONTRACT_VERSION
 from trot.export.model_info import actuators, default_joint_pos, home_keyframe
 from trot.export.runner import HISTORY_FILL, HISTORY_ORDER, STATE_RESET
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task
 
-CONTRACT_VERSION = 4  # 4: memory and timing; 3: model_files; 2: home_keyframe
 STATE_NAMES = ("h", "c")  # a GRU's state is h; an LSTM's h and c (graph inputs; "_out": outputs)
 
 

@@ -1,6 +1,6 @@
 """What a compiled model says about its actuators and standing pose, in the contract's
 terms. numpy and mujoco only: the exporter writes these entries and the torch-free runner
-recomputes them from model.xml to check a contract (runner.check_model)."""
+recomputes them from model.xml to check a contract (checks.check_model)."""
 
 from __future__ import annotations
 

@@ -19,10 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trot.agents.checkpoint import temp_prefix
 from trot.agents.networks import Acting
 from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
-from trot.runs import LoadedRun, load_run
+from trot.runs import LoadedRun, load_run, temp_prefix
 
 OPSET = 18
 PARITY_TOL = 1e-5
@@ -158,11 +157,11 @@ def require_export_deps() -> None:
 
 
 def check_written_model(contract: dict, xml: str, files: dict[str, bytes]) -> None:
-    """The checks the runner makes at load (runner.check_model), on the model.xml about to
+    """The checks the runner makes at load (checks.check_model), on the model.xml about to
     be written: an export the robot side would refuse is never written."""
     import mujoco
 
-    from trot.export.runner import ContractError, check_model
+    from trot.export.checks import ContractError, check_model
 
     try:
         check_model(contract, mujoco.MjModel.from_xml_string(xml, assets=files))

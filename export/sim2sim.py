@@ -13,7 +13,8 @@ import mujoco
 import numpy as np
 import torch
 
-from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy, same_values
+from trot.export.checks import ContractError, same_values
+from trot.export.runner import ObservationBuilder, OnnxPolicy
 from trot.runs import course_changes
 from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 from trot.tasks.base import Task
@@ -77,7 +78,7 @@ class PlainSim:
 def check_task(c: dict, task: Task, model: mujoco.MjModel) -> None:
     """Refuse a contract that the task's own code, run on model.xml, contradicts: its
     action_scale, action_offset, command_dim and observation layout (ContractError naming
-    the field). The robot runner checks the model side (runner.check_model)."""
+    the field). The robot runner checks the model side (checks.check_model)."""
     scale, offset = task.action_affine(model)
     dims = {k: v.size for k, v in sensor_slices(model).items()}
     layout = make_layout(task.policy_terms(), dims, task.command_dim, model.nu).to_json()
@@ -124,7 +125,7 @@ class PlainRunner:
         self.builder = ObservationBuilder(c, model)
         # the motors get each action this many control steps late, as in training: the
         # robot's own latency, which a plain simulation must add (the runner adds none)
-        self.latency = int(c.get("action_latency_steps", 0))
+        self.latency = int(c["action_latency_steps"])
         self.pending: list[np.ndarray] = []
 
     def start(self, qpos: np.ndarray, qvel: np.ndarray, gen: torch.Generator) -> None:

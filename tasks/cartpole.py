@@ -97,10 +97,13 @@ class Cartpole(Task[CartpoleConfig]):
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         prefix = "start_draws/"
-        if any(k.startswith(prefix) for k in state):  # checkpoints before the bank: none
-            self._start_draws.load_state_dict({k.removeprefix(prefix): v
-                                               for k, v in state.items()
-                                               if k.startswith(prefix)})
+        bank = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+        if not bank:  # kept fresh, the resumed run would draw other start states
+            raise ValueError(f"the checkpoint's cartpole state has no {prefix}* entries (the "
+                             "start-state bank): written by a trot before 0.1's checkpoint "
+                             f"format; 0.1 writes {sorted(self.state_dict())}. Retrain the "
+                             "run, or finish it with the trot that wrote it")
+        self._start_draws.load_state_dict(bank)
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         if not self.config.swingup:

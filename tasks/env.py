@@ -359,12 +359,15 @@ class Env:
         self.gen.set_state(state["gen"])
         self.reward_terms = tuple(state["reward_terms"])
         self.stats = EpisodeStats(self.num_envs, len(self.reward_terms), self.device)
-        running, counted = state["running"][0], state["running"][-1]
-        if len(state["running"]) == 4:  # checkpoints before the stats were one table
-            r = state["running"]
-            running = torch.cat([r[0][:, None], r[1][:, None], r[2]], 1)
-        if running.shape[1] == 2 + len(self.reward_terms):  # ... or had the count column
-            running = torch.cat([torch.ones_like(running[:, :1]), running], 1)
+        table, width = state["running"], self.stats.running.shape[1]  # [N, 3 + K]
+        if len(table) != 2 or table[0].shape[-1] != width:  # older layouts: refused, never
+            raise ValueError(  # broadcast into this one's columns
+                f"the checkpoint's episode statistics are {len(table)} tensors, the first "
+                f"{list(table[0].shape)}: written by a trot before 0.1's checkpoint format; "
+                f"0.1 writes [running [N, {width}] (1, return, length and "
+                f"{len(self.reward_terms)} reward terms), counted [N]]. Retrain the run, or "
+                "finish it with the trot that wrote it")
+        running, counted = table
         self.stats.running.copy_(running)
         self.stats.counted.copy_(counted)
         self.stats.all_counted = bool(self.stats.counted.all())

@@ -16,8 +16,9 @@ import torch
 
 from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import CHECKPOINT, start_run
+from trot.agents.trainer import start_run
 from trot.config import TrainConfig
+from trot.runs import CHECKPOINT
 
 
 class _Payload:

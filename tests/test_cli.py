@@ -18,9 +18,10 @@ import torch
 import trot.agents.trainer as trainer_mod
 from trot.agents.checkpoint import load_checkpoint
 from trot.cli import main
+from trot.runs import CHECKPOINT
 
 TASK = "cartpole-balance"
-CKPT = trainer_mod.CHECKPOINT
+CKPT = CHECKPOINT
 
 
 @pytest.fixture(autouse=True)

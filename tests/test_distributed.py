@@ -408,7 +408,7 @@ def test_thread_pools_follow_the_affinity():
     it (os.cpu_count() would give every core of the machine to every rank)."""
     code = ("import os, mujoco, torch\n"
             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-            "from trot.agents.trainer import set_threads\n"
+            "from trot.agents.collect import set_threads\n"
             "from trot.sim.cpu import CpuSim\n"
             "m = mujoco.MjModel.from_xml_string('<mujoco><worldbody><body><freejoint/>"
             "<geom size=\".1\"/></body></worldbody></mujoco>')\n"

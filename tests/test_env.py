@@ -396,32 +396,39 @@ def test_staggered_start_spreads_resets_and_counts_only_full_episodes():
     assert stats["episode_length"] == 10.0
 
 
-def test_statistics_resume_from_checkpoints_of_older_layouts():
-    """Checkpoints store the running table; those written before it had its count column
-    (or before it was one table) resume to the same statistics as the current layout."""
+def test_statistics_of_older_checkpoint_layouts_are_refused():
+    """Checkpoints store the running table [N, 3 + K] and the counted flags. Tables written
+    before it had its count column, or before it was one table, are refused with a message
+    naming both layouts. The bug: copying a [N, 2 + K] table into [N, 3 + K] (broadcast or
+    shifted by a column), so a resumed run reports other episode returns without a word."""
     n = 16
-    acts = _actions(n, 60, seed=5)
     env = _env(BAL, n=n)
     env.reset()
-    for a in acts[:30]:
+    for a in _actions(n, 30, seed=5):
         env.step(a)
     state = env.state_dict()
     table, counted = state["running"]
     old_table = dict(state, running=[table[:, 1:], counted])  # return, length, terms
     old_split = dict(state, running=[table[:, 1], table[:, 2], table[:, 3:], counted])
+    for old, found in ((old_table, rf"2 tensors, the first \[{n}, 3\]"),
+                       (old_split, rf"4 tensors, the first \[{n}\]")):
+        with pytest.raises(ValueError, match=found + r".*before 0\.1.*running \[N, 4\]"):
+            _env(BAL, n=n).load_state_dict(old)
+    e = _env(BAL, n=n)
+    e.load_state_dict(state)
+    assert torch.equal(e.stats.running, table)
 
-    def resumed(s):
-        e = _env(BAL, n=n)
-        e.load_state_dict(s)
-        e.stats.pop(e.reward_terms)
-        for a in acts[30:]:
-            e.step(a)
-        return e.stats.drain(e.reward_terms)
 
-    want = resumed(state)
-    assert want["episodes"] > 0
-    assert resumed(old_table) == want
-    assert resumed(old_split) == want
+def test_cartpole_state_without_its_start_bank_is_refused():
+    """The cartpole's task state is its start-state bank. A state without it (written before
+    the bank) is refused. The bug: keeping the fresh bank, so the resumed run draws other
+    start states than the straight one and is not bitwise."""
+    env = _env(BAL, n=4)
+    env.reset()
+    state = env.state_dict()
+    assert state["task"] and all(k.startswith("start_draws/") for k in state["task"])
+    with pytest.raises(ValueError, match=r"no start_draws/\* entries.*before 0\.1"):
+        _env(BAL, n=4).load_state_dict(dict(state, task={}))
 
 
 def test_uniform_bank_hands_out_the_per_step_draws_in_order():

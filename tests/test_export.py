@@ -24,13 +24,13 @@ import trot.export.onnx as export_onnx
 from trot.agents.checkpoint import load_checkpoint
 from trot.agents.config import PPOConfig
 from trot.agents.evaluate import evaluate
-from trot.agents.trainer import CHECKPOINT, start_run
+from trot.agents.trainer import start_run
 from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
 from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy
 from trot.export.sim2sim import run_sim2sim
-from trot.runs import load_run
+from trot.runs import CHECKPOINT, load_run
 
 TASK = "cartpole-balance"
 TOL = 1e-5

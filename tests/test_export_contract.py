@@ -1,7 +1,7 @@
 """The export contract of a go1-flat export (tests/data/go1_walker): the committed files are
 what today's exporter writes, and a contract tampered consistently in policy.json and the
 ONNX metadata is refused, naming the field: at load by the model.xml check
-(runner.check_model) or, for what only the task's code knows, by sim2sim (check_task)."""
+(checks.check_model) or, for what only the task's code knows, by sim2sim (check_task)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 from contract_edit import edited_export
 
-from trot.tasks.velocity import Locomotion
+from trot.export.checks import ContractError, check_model
 from trot.export.contract import build_contract
 from trot.export.onnx import OPSET, ExportError, check_written_model
-from trot.export.runner import ContractError, OnnxPolicy, check_model
+from trot.export.runner import OnnxPolicy
 from trot.export.sim2sim import PlainRunner
 from trot.sim import make_sim
 from trot.tasks.env import Env
 from trot.tasks.registry import compile_model, get_task, make_env
+from trot.tasks.velocity import Locomotion
 
 WALKER = Path(__file__).parent / "data" / "go1_walker"
 REMAKE = "regenerate it: bash tests/data/make_go1_walker.sh"
@@ -169,6 +170,18 @@ TASK_REFUSES = {  # consistent with model.xml; refused by sim2sim, from the task
 def test_tampered_contract_is_refused_at_load_naming_the_field(tmp_path, field):
     d = _tampered(tmp_path / "export", RUNNER_REFUSES[field])
     with pytest.raises(ContractError, match=re.escape(f"policy.json {field}")):
+        OnnxPolicy(d)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_contract_versions_before_0_1_are_refused(tmp_path, version):
+    """Contract versions 1 to 3 were never released: refused, naming the version, the one
+    read and the fix. The bug: reading one with defaults (a history length of 1, no state,
+    no latency, no model_files to check), so a robot runs the policy without the memory or
+    the terrain files it was trained with."""
+    d = _tampered(tmp_path / "export", lambda c: c.update(contract_version=version))
+    with pytest.raises(ContractError, match=rf"contract_version {version} was written by a "
+                                            r"trot before 0\.1.*reads 4 only.*trot export"):
         OnnxPolicy(d)
 
 

@@ -20,8 +20,8 @@ from trot.agents.config import PPOConfig
 from trot.agents.trainer import start_run
 from trot.config import TrainConfig
 from trot.export import contract
+from trot.export.checks import check_model
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
-from trot.export.runner import check_model
 from trot.tasks import registry
 from trot.tasks.locomotion import flat
 from trot.tasks.legged_robot import LeggedRobot

@@ -129,3 +129,35 @@ def test_registered_agent_overrides_are_read_and_unknown_names_refused():
                                init_log_std=0.0) == PPOConfig()
     with pytest.raises(ValueError, match=r"unknown PPOConfig fields \['epoch'\].*epochs"):
         tuned((("epoch", 3),))
+
+
+READERS = ["trot.runs", "trot.export.runner", "trot.export.contract", "trot.export.onnx",
+           "trot.export.sim2sim", "trot.agents.evaluate", "trot.play"]
+NO_LOOP = r"""
+import importlib, json, sys
+out = {}
+for name in json.loads(sys.argv[1]):  # in one process: the first to bring the loop is named
+    try:
+        importlib.import_module(name)
+        out[name] = {"loop": "trot.agents.trainer" in sys.modules, "missing": None}
+    except ModuleNotFoundError as e:  # an optional extra that is not installed
+        out[name] = {"loop": False, "missing": e.name}
+print(json.dumps(out))
+"""
+
+
+def test_reading_a_run_does_not_import_the_training_loop():
+    """Export, evaluation, play and sim2sim read a run directory (trot/runs.py) and never
+    import the training loop, directly or through another module. The bug: runs.py taking
+    the checkpoint's file name from agents/trainer.py, so exporting a policy on a robot's
+    computer imports the trainer, its distributed layer and everything they import."""
+    p = subprocess.run([sys.executable, "-c", NO_LOOP, json.dumps(READERS)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    unknown = {n: r["missing"] for n, r in out.items()
+               if r["missing"] and not any(r["missing"].split(".")[0] == m.split(".")[0]
+                                           for m in EXTRA_OF)}
+    assert not unknown, f"modules need what no extra brings: {unknown}"
+    loop = [n for n in READERS if out[n]["loop"]]
+    assert not loop, f"{loop[0]} imports trot.agents.trainer"

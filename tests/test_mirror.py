@@ -157,7 +157,7 @@ def _trained(symmetry: str, iterations: int = 12):
 
 def _asymmetry(tr, maps) -> float:
     """mean |pi(mirror(s)) - mirror(pi(s))| / mean |pi(s)| over the last rollout's obs."""
-    obs = tr.storage.obs.flatten(0, 1)
+    obs = tr.collector.storage.obs.flatten(0, 1)
     with torch.no_grad():
         a, am = tr.ac.actor(obs), tr.ac.actor(maps.policy(obs))
     return ((am - maps.action(a)).abs().mean() / a.abs().mean()).item()

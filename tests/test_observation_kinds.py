@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from trot.export.runner import ContractError, ObservationBuilder, check_layout
+from trot.export.checks import ContractError, check_layout
+from trot.export.runner import ObservationBuilder
 from trot.observation_kinds import KINDS
 from trot.tasks.cartpole import BALANCE, Cartpole
 from trot.tasks.env import Env

@@ -58,12 +58,13 @@ def test_async_collect_trains_exactly_as_actor_lag_one(tmp_path):
                  "optimizer")
     assert overlap.env_steps == lagged.env_steps == 4 * 8 * 16
     ro = lagged.collect()  # the 5th rollout, by the actor of update 3 (snapshot 0)
-    pending = overlap.prefetch.pending.state_dict()
+    pending = overlap.collector.prefetch.pending.state_dict()
     want = ro.state_dict()
     del pending["values"], want["values"]  # computed when it is learned from
     _assert_same(pending, want, "pending rollout")
     _assert_same(overlap.env.state_dict(), lagged.env.state_dict(), "env")
-    _assert_same(overlap.noise_gen.get_state(), lagged.noise_gen.get_state(), "noise")
+    _assert_same(overlap.collector.noise_gen.get_state(),
+                 lagged.collector.noise_gen.get_state(), "noise")
     steps = 8
     assert set(where[:steps]) == {threading.main_thread().name}  # the first, not overlapped
     assert len(where) == 5 * steps and all(n.startswith("trot-collect") for n in where[steps:])
@@ -80,12 +81,13 @@ def test_async_collect_resumes_bitwise(tmp_path):
     first.save(run_dir)
     del first
     second = resume_run(run_dir)
-    assert second.prefetch.pending is not None
+    assert second.collector.prefetch.pending is not None
     m_split += [_no_wall(second.iterate()) for _ in range(2)]
     assert m_split == m_straight
     _assert_same(second.ac.state_dict(), straight.ac.state_dict(), "model")
     _assert_same(second.env.state_dict(), straight.env.state_dict(), "env")
-    _assert_same(second.prefetch.pending.state_dict(), straight.prefetch.pending.state_dict(),
+    _assert_same(second.collector.prefetch.pending.state_dict(),
+                 straight.collector.prefetch.pending.state_dict(),
                  "pending rollout")
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trot.agents.checkpoint import CheckpointError, atomic_write, load_checkpoint
+from trot.agents.checkpoint import CheckpointError, load_checkpoint
 from trot.agents.config import PPOConfig, tuned
-from trot.agents.trainer import (CHECKPOINT, MAX_CONSECUTIVE_NAN, TrainingDiverged, build,
-                                 resume_run)
+from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged, build, resume_run
 from trot.config import TrainConfig, save_json
+from trot.runs import CHECKPOINT, atomic_write
 from trot.tasks.registry import get_task, task_names
 
 TASK = "cartpole-balance"
@@ -149,17 +149,17 @@ def test_resume_is_bitwise_on_every_task(tmp_path, task):
 def test_action_noise_comes_from_the_checkpointed_generator(tmp_path):
     """Not from torch's global generator, which a GPU checkpoint would not restore."""
     trainer, run_dir = _new_run(_cfg(tmp_path, num_envs=4))
-    before, noise = torch.get_rng_state(), trainer.noise_gen.get_state()
+    before, noise = torch.get_rng_state(), trainer.collector.noise_gen.get_state()
     # its own stream: not the env's (start states, commands) nor the minibatch shuffles'
     streams = [torch.Generator().manual_seed(trainer.env.seed).get_state(),
                trainer.gen.get_state()]
     assert not any(torch.equal(noise, s) for s in streams)
     trainer.collect()
     assert torch.equal(torch.get_rng_state(), before)  # the global stream is untouched
-    assert not torch.equal(trainer.noise_gen.get_state(), noise)
+    assert not torch.equal(trainer.collector.noise_gen.get_state(), noise)
     trainer.save(run_dir)
     saved = load_checkpoint(run_dir / CHECKPOINT)["ranks"][0]["noise_gen"]
-    assert torch.equal(saved, trainer.noise_gen.get_state())
+    assert torch.equal(saved, trainer.collector.noise_gen.get_state())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -231,6 +231,31 @@ def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     with pytest.raises(CheckpointError, match="not a trot run directory"):
         resume_run(tmp_path / "nope")
     assert not (tmp_path / "nope").exists()
+
+
+def test_a_checkpoint_in_a_format_before_0_1_is_refused(tmp_path):
+    """Each key a development trot before 0.1 did not write (ranks, the noise generator,
+    the acting memory, the NaN streak, the actor snapshots, the pending rollout) is refused,
+    named, before anything is loaded. The bug: loading such a file with defaults (a fresh
+    noise stream or the global RNG's, no memory, the lag restarted from now), so a resume
+    silently continues another run than the one saved."""
+    cfg = dataclasses.replace(_cfg(tmp_path, num_envs=8), actor_lag=1, async_collect=True)
+    tr = build(cfg)
+    tr.iterate()
+    state = tr.state_dict()
+    fresh = build(cfg)
+    before = fresh.ac.state_dict()["actor.mean.weight"].clone()
+    for key in ("ranks", "consecutive_nan", "actor_snapshots"):
+        with pytest.raises(CheckpointError, match=rf"the checkpoint lacks '{key}'.*before 0\.1"):
+            fresh.load_state_dict({k: v for k, v in state.items() if k != key})
+    for key in ("noise_gen", "policy_state", "pending"):
+        rank = {k: v for k, v in state["ranks"][0].items() if k != key}
+        with pytest.raises(CheckpointError, match=rf"ranks\[0\] lacks '{key}'.*before 0\.1"):
+            fresh.load_state_dict(dict(state, ranks=[rank]))
+    assert fresh.iteration == 0  # refused before anything was loaded
+    assert torch.equal(fresh.ac.state_dict()["actor.mean.weight"], before)
+    fresh.load_state_dict(state)
+    assert fresh.iteration == 1
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from trot.agents.advantages import compute_gae
+from trot.agents.collect import Collector
 from trot.agents.config import PPOConfig
 from trot.agents.trainer import build, resume_run
 from trot.agents.vtrace import vtrace
@@ -180,12 +181,12 @@ def test_actor_lag_zero_acts_with_the_current_policy(tmp_path):
     cfg = _cfg(tmp_path, lag=0)
     tr = build(cfg)
     twin = build(cfg)  # only its env and its noise generator are used: the same start
-    env, gen = twin.env, twin.noise_gen
+    env, gen = twin.env, twin.collector.noise_gen
     actors = []
     for it in range(3):
         actors.append(copy.deepcopy(tr.ac.actor))  # the policy this iteration must act with
         tr.iterate()
-        ro = tr.storage  # [T, N, ...]
+        ro = tr.collector.storage  # [T, N, ...]
         with torch.no_grad():
             for t in range(cfg.agent.rollout_steps):
                 obs = env.obs.policy  # [N, P]
@@ -196,7 +197,7 @@ def test_actor_lag_zero_acts_with_the_current_policy(tmp_path):
                 assert torch.equal(ro.rewards[t], env.step(action).reward), (it, t)
     # the updates moved the policy, so acting with an older one would have shown
     assert not torch.equal(actors[0].mean.weight, actors[2].mean.weight)
-    assert tr.behaviour_actor is None and not tr.actor_snapshots
+    assert type(tr.collector) is Collector  # no behaviour actor, no snapshots
     assert "actor_snapshots" not in tr.state_dict()
 
 
@@ -221,8 +222,8 @@ def test_lagged_actor_acts_with_the_snapshot_k_updates_old(tmp_path):
             assert torch.equal(seen[i * steps][k], want[k]), (i, k)
     assert not torch.equal(after[0]["mean.weight"], after[3]["mean.weight"])
     # the behaviour log-probs in the rollout are the snapshot's
-    ro = tr.storage
-    lp = tr.behaviour_actor.dist(ro.obs).log_prob(ro.actions).sum(-1)
+    ro = tr.collector.storage
+    lp = tr.collector.behaviour_actor.dist(ro.obs).log_prob(ro.actions).sum(-1)
     assert torch.allclose(lp, ro.log_probs, atol=1e-5)
 
 

@@ -137,7 +137,8 @@ def cmd_train(args: list[str]) -> int:
 
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.distributed import DistributedError, init_from_env, shutdown
-    from trot.agents.trainer import raise_budget, resume_run, run_config, start_run
+    from trot.agents.trainer import resume_run, start_run
+    from trot.runs import raise_budget, run_config
 
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
@@ -153,7 +154,8 @@ def cmd_train(args: list[str]) -> int:
         comm, device = init_from_env(cfg.device, cfg.dist_timeout)
         if resume:
             trainer, run_dir = resume_run(Path(resume.resume), comm, device), Path(resume.resume)
-            trainer.cfg = raise_budget(run_dir, trainer, resume.max_env_steps, resume.minutes,
+            trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
+                                       resume.max_env_steps, resume.minutes,
                                        write=comm.is_main)
             msg = f"resuming {run_dir} at iteration {trainer.iteration}"
         else:

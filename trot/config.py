@@ -131,7 +131,7 @@ def from_json(d: dict[str, Any], run_dir: Path | None = None) -> TrainConfig:
 
 
 def save_json(path: Path, cfg: TrainConfig) -> None:
-    from trot.agents.checkpoint import atomic_write  # torch: only when a run is written
+    from trot.runs import atomic_write  # trot/runs.py reads configs through this module
 
     text = json.dumps(to_json(cfg), indent=2, sort_keys=True)
     atomic_write(Path(path), lambda tmp: tmp.write_text(text))

@@ -30,9 +30,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from trot.agents.checkpoint import atomic_write
 from trot.agents.networks import Acting
-from trot.runs import load_run
+from trot.runs import atomic_write, load_run
 from trot.tasks.env import Env
 
 

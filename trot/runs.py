@@ -1,19 +1,163 @@
-"""A run directory read back: its config and last checkpoint, with a fresh env of its task.
-Evaluation, export and play all start here, so it lives with the run layout, in none of
-them."""
+"""The run directory: its file names, creating one, writing into it atomically, removing
+what crashed writers left, and reading a run back. Training, evaluation, export and play
+all go through here, so none of them needs another's code (export needs no training loop).
+
+Every file a run writes goes to a temporary name beside the target, is fsynced and renamed:
+a crash at any point leaves the previous file or the new one, never half. Temporary names
+carry the writer's pid (`.NAME.PID.RANDOM.tmp`), so a run that starts or resumes can remove
+what a crashed writer left without touching the files of a live one (a concurrent export).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from trot.agents.checkpoint import load_checkpoint
+from trot import faults
 from trot.agents.networks import ActorCritic
-from trot.agents.trainer import CHECKPOINT
-from trot.config import TrainConfig, load_json
+from trot.config import TrainConfig, load_json, save_json
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task, make_env
+
+CHECKPOINT = "checkpoint.pt"  # agents/checkpoint.py's format
+CONFIG = "config.json"  # the TrainConfig the run was started with (budgets as raised)
+
+
+class CheckpointError(RuntimeError):
+    """A run directory or its checkpoint that cannot be read back."""
+
+
+# ---------------------------------------------------------------------- atomic writes
+def temp_prefix(name: str) -> str:
+    """The start of a temporary name for `name` written by this process."""
+    return f".{name}.{os.getpid()}."
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+?)\.(?P<pid>\d+)\.[^./]+\.tmp(?:\.[A-Za-z0-9]+)?$")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Remove the temporary files and folders that crashed writers left in `folder` (those
+    whose pid no longer runs); returns what was removed."""
+    removed = []
+    for p in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        m = _TEMP.match(p.name)
+        if m is None or _alive(int(m["pid"])):
+            continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def _new_temp(path: Path, suffix: str) -> str:
+    """A new empty file beside `path` with the mode a plain open gives (0666 less the
+    umask): tempfile.mkstemp's 0600 would leave run files unreadable to the group."""
+    for _ in range(100):
+        tmp = path.parent / f"{temp_prefix(path.name)}{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return str(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp") -> None:
+    """Call write(tmp) then atomically move tmp over path. `suffix` ends the temporary
+    name (".tmp.mp4" for writers that choose a format by extension)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _new_temp(path, suffix)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        faults.point(f"tmp-written-{path.name}")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------- create and read
+def new_run_dir(cfg: TrainConfig) -> Path:
+    """cfg.run_dir, which must not hold a run yet (its TensorBoard events and checkpoint
+    would mix with the new run's), or runs/<task>/<time>, -2, -3 ... where two runs start
+    within one second."""
+    if cfg.run_dir:
+        d = Path(cfg.run_dir)
+        if (d / CONFIG).exists():
+            raise ValueError(f"{d} already holds a run: continue it with `trot train "
+                             f"--resume {d}`, or give another --run-dir")
+        return d
+    base = Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
+    d, k = base, 1
+    while d.exists():
+        k += 1
+        d = base.with_name(f"{base.name}-{k}")
+    return d
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """The run's config.json (atomically; the folder is made if new)."""
+    save_json(Path(run_dir) / CONFIG, cfg)
+
+
+def run_config(run_dir: Path) -> TrainConfig:
+    """The TrainConfig a run directory was started with."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir} is not a trot run directory (no {CONFIG})")
+    return load_json(path)
+
+
+def raise_budget(run_dir: Path, cfg: TrainConfig, env_steps: int, wall_s: float,
+                 max_env_steps: int | None, minutes: float | None,
+                 write: bool = True) -> TrainConfig:
+    """The resumed run's config `cfg` with new budgets (None: kept), saved to its
+    config.json (`write`: on rank 0) so that a later plain --resume keeps them. A budget
+    the run has already spent (env_steps, wall_s) is refused: it would stop at once."""
+    if max_env_steps is not None and max_env_steps <= env_steps:
+        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
+                         f"{env_steps} env steps {run_dir} has done")
+    if minutes is not None and 0 < minutes * 60 <= wall_s:  # 0: no time limit
+        raise ValueError(f"--minutes {minutes} is not above the {wall_s / 60:.1f} "
+                         f"minutes {run_dir} has trained")
+    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
+               if v is not None}
+    cfg = dataclasses.replace(cfg, **changes)
+    cfg.validate()  # e.g. negative minutes, before they are written
+    if changes and write:
+        write_config(run_dir, dataclasses.replace(run_config(run_dir), **changes))
+    return cfg
+
+
+def read_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
+    """The run's last checkpoint (agents/checkpoint.py: loading it runs no code)."""
+    # imported here: agents/checkpoint.py writes through this module
+    from trot.agents.checkpoint import load_checkpoint
+
+    return load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=map_location)
 
 
 @dataclass
@@ -29,8 +173,8 @@ def load_run(run_dir: Path, num_envs: int, seed: int = 12345, device: str = "cpu
     """A run's config and checkpoint, with a fresh noise-free env of num_envs.
     sim: the physics backend of that env (default: the run's own, `cfg.sim`); course: on
     the task's fixed terrain course (`course_changes`)."""
-    state = load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=device)
-    cfg = load_json(Path(run_dir) / "config.json")
+    state = read_checkpoint(run_dir, map_location=device)
+    cfg = load_json(Path(run_dir) / CONFIG)
     task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
     changes = course_changes(cfg.task, task_cfg) if course else {}
     env = make_env(cfg.task, num_envs, cfg.sim if sim is None else sim, device, seed,

@@ -11,6 +11,7 @@ EXTRA_OF = {  # import name -> pyproject extra that brings it
     "mujoco.mjx": "mjx",
     "gymnasium": "gym",
     "rl_games": "rlgames",
+    "rsl_rl": "rslrl",
     "onnx": "export",
     "onnxruntime": "export",
     "onnxscript": "export",

@@ -9,6 +9,7 @@
     trot sim2sim RUN_DIR [--episodes K] [--json]
     trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K] [--sim cpu|mjx]
     trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
+    trot rsl-rl TASK [--num-envs N] [--max-iterations K] [--seed S] [--run-dir D]
 
 Every command takes --tasks FILE_OR_MODULE (repeatable): your own task file or module,
 imported before the task name is looked up. Runs remember it; later commands find it again.
@@ -291,9 +292,17 @@ def cmd_rl_games(args: list[str]) -> int:
     return rl_games_main(args)
 
 
+def cmd_rsl_rl(args: list[str]) -> int:
+    """`trot rsl-rl TASK [--num-envs N] [--max-iterations K]`: see trot/rslrl.py."""
+    from trot.rslrl import main as rsl_rl_main
+
+    return rsl_rl_main(args)
+
+
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
             "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
-            "play": cmd_play, "rl-games": cmd_rl_games}
+            "play": cmd_play, "rl-games": cmd_rl_games,
+            "rsl-rl": cmd_rsl_rl}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,296 @@
+"""rsl_rl adapter: any trot task as an rsl_rl `VecEnv`, trained by rsl_rl's own
+`OnPolicyRunner` and PPO (rsl-rl-lib 5.x) on the env's device, as legged_gym, Isaac Lab and
+mjlab hand their envs to rsl_rl.
+
+    trot rsl-rl cartpole-balance --num-envs 64 --max-iterations 20
+    python -m trot.rslrl cartpole-balance --set algorithm.learning_rate=3e-4
+
+    from trot.rslrl import train
+    rows = train("cartpole-balance", num_envs=128, max_iterations=30)
+
+What rsl_rl gets from `TrotVecEnv.step`: a TensorDict of the observation groups `policy`
+and `critic` (trot's asymmetric observations; the same tensor twice where the task has no
+privileged terms), rewards [N], dones [N] (terminated or truncated) and
+`extras["time_outs"]` [N] (trot's truncations), all the env's own tensors. rsl_rl's PPO
+turns time-outs into `r += gamma * V(s_t)`, the value of the state *before* the last step;
+trot's own learner bootstraps from V(final_obs), for which rsl_rl's interface has no slot.
+
+Needs `pip install rsl-rl-lib` (5.x; the `rslrl` extra). See docs/adapters.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import dataclasses
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trot.agents.config import PPOConfig, tuned
+from trot.tasks.base import Observation, TaskConfig
+from trot.tasks.registry import get_task, make_env
+
+try:
+    from rsl_rl.env import VecEnv
+    from tensordict import TensorDict
+except ImportError:  # the rslrl extra is missing: main() says so; importing still works
+    VecEnv, TensorDict = object, None
+
+
+def _task_config(task: str, overrides: dict[str, Any] | None) -> TaskConfig:
+    """The task's registered config with some fields replaced (lists become tuples, as
+    config.json round-trips them)."""
+    cfg = get_task(task).config
+    if overrides:
+        cfg = dataclasses.replace(cfg, **{k: tuple(v) if isinstance(v, list) else v
+                                          for k, v in overrides.items()})
+    return cfg
+
+
+class TrotVecEnv(VecEnv):
+    """A trot `Env` behind rsl_rl's `VecEnv`. Nothing is copied or moved: the observation
+    groups, rewards and flags are the tensors trot's env returns, on its device.
+
+    Episode statistics: trot's env accumulates them on the device; every `log_every` steps
+    (one rsl_rl rollout: `num_steps_per_env`) they go to `extras["log"]` as means over the
+    episodes finished since the last time (NaN where none finished), which rsl_rl's logger
+    writes under their own names (`Episode/episode_return`, `Episode/reward/<term>`, ...).
+
+    The env is reset and stepped in inference mode, as rsl_rl's rollout steps it: its state
+    tensors become inference tensors there, which torch lets only inference mode update in
+    place, so a reset after `learn` would fail outside it."""
+
+    def __init__(self, task: str, num_envs: int, sim: str = "cpu", device: str = "cpu",
+                 seed: int = 0, stagger: bool = True, task_config: dict[str, Any] | None = None,
+                 log_every: int = 24):
+        cfg = _task_config(task, task_config)
+        self.env = make_env(task, int(num_envs), sim, device, int(seed), cfg)
+        self.num_envs = self.env.num_envs
+        self.num_actions = self.env.action_dim
+        self.max_episode_length = self.env.max_episode_steps
+        self.device = self.env.device
+        self.cfg = {"task": task, "num_envs": self.num_envs, "sim": sim, "seed": int(seed),
+                    "config": dataclasses.asdict(cfg)}
+        self.stagger = stagger  # spread time-limit resets, as trot's trainer does
+        self.log_every = int(log_every)
+        self._steps = 0
+        self.reset()
+
+    @property
+    def episode_length_buf(self) -> Tensor:
+        return self.env.episode_step
+
+    @episode_length_buf.setter
+    @torch.inference_mode()
+    def episode_length_buf(self, value: Tensor) -> None:
+        # learn(init_at_random_ep_len=True) writes random clocks here; trot's own stagger
+        # (stagger=True) also keeps those partial first episodes out of the statistics
+        self.env.episode_step.copy_(value)
+
+    def _groups(self, obs: Observation) -> TensorDict:
+        return TensorDict({"policy": obs.policy, "critic": obs.critic},
+                          batch_size=[self.num_envs], device=self.device)
+
+    @torch.inference_mode()
+    def reset(self) -> TensorDict:
+        self._steps = 0
+        return self._groups(self.env.reset(stagger=self.stagger))
+
+    def get_observations(self) -> TensorDict:
+        return self._groups(self.env.obs)
+
+    @torch.inference_mode()
+    def step(self, actions: Tensor) -> tuple[TensorDict, Tensor, Tensor, dict]:
+        res = self.env.step(actions)  # trot clips actions to [-1, 1]
+        extras: dict[str, Any] = {"time_outs": res.truncated}
+        self._steps += 1
+        if self._steps % self.log_every == 0:
+            extras["log"] = self._episode_log()
+        return self._groups(res.obs), res.reward, res.terminated | res.truncated, extras
+
+    def _episode_log(self) -> dict[str, Tensor]:
+        """trot's per-episode means since the last call, as 0-d device tensors (no host
+        sync); a rollout in which no episode ended logs NaN rather than a false 0."""
+        names, vals = self.env.stats.pop(self.env.reward_terms)
+        means = vals[2:].masked_fill(vals[0] == 0, math.nan)
+        vals = torch.cat([vals[:2], means])
+        return {f"Episode/{n}": v for n, v in zip(names, vals.unbind())}
+
+
+def unmapped(a: PPOConfig) -> list[str]:
+    """The task's agent settings rsl_rl's PPO has no counterpart for (train prints them)."""
+    notes = []
+    if a.popart:
+        notes.append("popart: rsl_rl learns the value of raw returns")
+    if a.symmetry != "none":
+        notes.append(f"symmetry={a.symmetry!r}: trained without it (rsl_rl's Symmetry "
+                     "extension takes its own augmentation function)")
+    if a.clip_high != a.clip_low:
+        notes.append(f"clip_high={a.clip_high}: rsl_rl clips symmetrically at clip_low")
+    if a.advantage_norm == "none":
+        notes.append("advantage_norm='none': rsl_rl always normalizes advantages")
+    if a.share_torso:
+        notes.append("share_torso: rsl_rl's actor and critic are separate networks")
+    if a.update_dtype != "float32":
+        notes.append(f"update_dtype={a.update_dtype!r}: rsl_rl updates in float32")
+    return notes
+
+
+def make_config(task: str, num_envs: int = 256, agent: PPOConfig | None = None,
+                save_interval: int = 50) -> dict[str, Any]:
+    """rsl_rl's train config (the dict OnPolicyRunner takes) from the task's tuned trot
+    agent settings, field by field; see `unmapped` for what does not carry over."""
+    a = agent or tuned(get_task(task).agent)
+    a.validate(num_envs)
+    if not a.clip:
+        raise ValueError("rsl_rl runs clipped PPO only (clip=True)")
+    if a.rnn != "none":
+        raise ValueError("the rsl_rl adapter maps MLP agents only (rnn='none')")
+
+    def model(hidden: tuple[int, ...], dist: dict[str, Any] | None) -> dict[str, Any]:
+        return {"class_name": "MLPModel", "hidden_dims": list(hidden),
+                "activation": a.activation, "obs_normalization": a.obs_norm,
+                "distribution_cfg": dist}
+
+    gaussian = {"class_name": "GaussianDistribution", "std_type": "log",  # as trot's
+                "init_std": math.exp(a.init_log_std)}  # rsl_rl takes the std itself
+    return {
+        "num_steps_per_env": a.rollout_steps, "save_interval": save_interval,
+        "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
+        "check_for_nan": False,  # trot's env guards NaN itself; this syncs thrice a step
+        "logger": "tensorboard", "run_name": task,
+        "algorithm": {
+            "class_name": "PPO", "num_learning_epochs": a.epochs,
+            "num_mini_batches": a.minibatches, "learning_rate": a.learning_rate,
+            "schedule": "adaptive" if a.desired_kl > 0 else "fixed",
+            "desired_kl": a.desired_kl or None, "gamma": a.gamma, "lam": a.lam,
+            "clip_param": a.clip_low, "use_clipped_value_loss": a.value_clip > 0,
+            "value_loss_coef": a.value_coef, "entropy_coef": a.entropy_coef,
+            "max_grad_norm": a.max_grad_norm,
+            "normalize_advantage_per_mini_batch": a.advantage_norm == "minibatch"},
+        "actor": model(a.actor_hidden, gaussian),
+        "critic": model(a.critic_hidden, None),
+    }
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge {"algorithm.learning_rate": 3e-4, "actor.hidden_dims": [64, 64]} (dotted
+    keys) into a copy of cfg."""
+    out = copy.deepcopy(cfg)
+    for key, value in overrides.items():
+        node = out
+        *path, last = key.split(".")
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def _record(runner, rows: list[dict[str, float]]) -> None:
+    """After each iteration's log, a row from rsl_rl's own statistics: the mean return and
+    length of the last 100 finished episodes (partial staggered ones included)."""
+    logger, log = runner.logger, runner.logger.log
+
+    def log_and_record(*args, **kw) -> None:
+        log(*args, **kw)
+        if logger.rewbuffer:
+            rows.append({"iteration": float(kw.get("it", args[0] if args else -1)),
+                         "env_steps": float(logger.tot_timesteps),
+                         "seconds": float(logger.tot_time),
+                         "mean_return": statistics.mean(logger.rewbuffer),
+                         "mean_length": statistics.mean(logger.lenbuffer)})
+
+    logger.log = log_and_record
+
+
+def train(task: str, num_envs: int = 256, max_iterations: int = 100, seed: int = 0,
+          device: str = "cpu", sim: str = "cpu", run_dir: str | Path | None = None,
+          overrides: dict[str, Any] | None = None, agent: PPOConfig | None = None,
+          task_config: dict[str, Any] | None = None) -> list[dict[str, float]]:
+    """Train `task` with rsl_rl's OnPolicyRunner for max_iterations iterations. rsl_rl writes
+    TensorBoard events and model_<it>.pt into run_dir (default runs_rslrl/<task>), next to
+    rslrl.json (the run's settings). Returns one row per iteration once episodes have
+    finished (iteration, env_steps, seconds, mean_return, mean_length)."""
+    from rsl_rl.runners import OnPolicyRunner
+
+    run_dir = Path(run_dir or Path("runs_rslrl") / task)
+    cfg = make_config(task, num_envs, agent)
+    cfg = apply_overrides(cfg, overrides or {})
+    for note in unmapped(agent or tuned(get_task(task).agent)):
+        print(f"trot rsl-rl: not mapped: {note}", file=sys.stderr)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as trot's trainer: the cores belong to MuJoCo's threads
+    torch.manual_seed(seed)  # rsl_rl's runner does not seed
+    rows: list[dict[str, float]] = []
+    try:
+        env = TrotVecEnv(task, num_envs, sim, device, seed, task_config=task_config,
+                         log_every=cfg["num_steps_per_env"])
+        runner = OnPolicyRunner(env, cfg, log_dir=str(run_dir), device=str(env.device))
+        _record(runner, rows)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "rslrl.json").write_text(json.dumps({
+            "task": task, "task_source": get_task(task).source.to_json(),
+            "num_envs": num_envs, "seed": seed, "device": device, "sim": sim,
+            "task_config": dict(task_config or {}), "train_cfg": runner.cfg},
+            indent=1, default=str))
+        runner.learn(max_iterations, init_at_random_ep_len=False)  # env.stagger did it
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+def _parse_value(text: str) -> Any:
+    """A --set value: JSON (3e-4, [64, 64], true), a Python literal, else the string."""
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError):
+            pass
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="trot rsl-rl",
+                                description="train a trot task with rsl_rl's PPO")
+    p.add_argument("task")
+    p.add_argument("--num-envs", type=int, default=256)
+    p.add_argument("--max-iterations", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--sim", default="cpu")
+    p.add_argument("--run-dir", default=None, help="default: runs_rslrl/TASK")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an rsl_rl train config entry, e.g. "
+                        "algorithm.learning_rate=3e-4 or actor.hidden_dims=[64,64]")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    overrides = {}
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            p.error(f"--set wants KEY=VALUE, got {item!r}")
+        overrides[key] = _parse_value(value)
+    if TensorDict is None:
+        print("trot: error: rsl_rl is not installed: pip install 'trot[rslrl]' "
+              "(see docs/adapters.md)", file=sys.stderr)
+        return 2
+    run_dir = Path(a.run_dir or Path("runs_rslrl") / a.task)
+    rows = train(a.task, a.num_envs, a.max_iterations, a.seed, a.device, a.sim, run_dir,
+                 overrides)
+    if rows:
+        last = rows[-1]
+        print(f"iteration {last['iteration']:.0f}: mean return {last['mean_return']:.2f}, "
+              f"mean length {last['mean_length']:.1f}")
+    print(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

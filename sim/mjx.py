@@ -5,33 +5,28 @@ One jitted program steps the whole batch: `jax.vmap` over envs of a `jax.lax.sca
 (JAX's default). Its qpos / qvel / sensordata / time buffers reach torch through DLPack
 without a copy, and controls, reset states and parameters reach JAX the same way.
 
-Implementations (`impl`): "warp" (MuJoCo Warp kernels called from XLA; NVIDIA GPUs) when the
-sim runs on a CUDA device and warp-lang imports, else "jax" (MJX's pure-JAX physics, any XLA
-device). Override with the `impl=` argument or the environment variable TROT_MJX_IMPL.
+Implementations (`impl`): "warp" (MuJoCo Warp kernels from XLA; NVIDIA GPUs) on a CUDA device
+where warp-lang imports, else "jax" (pure-JAX physics, any XLA device); `impl=` or
+TROT_MJX_IMPL overrides.
 
-Per env step, two XLA executions: the step program and the reset program (empty masks
-included). `kick` and `set_params` are torch ops on DLPack views of the qvel leaf and the
-parameter tables, read by the next program; the model's leaves are flattened once.
+Per env step, two XLA executions: the step program and the reset program (on the JAX CPU
+backend an empty host mask skips the reset). `kick` and `set_params` are torch ops on
+DLPack views of the qvel leaf and the parameter tables, read by the next program.
 
 Domain randomization: the fields of `RANDOMIZABLE_FIELDS` live in per-env tables [N, ...]
-that replace the model's fields, and `vmap` maps over exactly those (`in_axes=0`) while the
-rest of the model is shared (`in_axes=None`). The set of batched fields is part of the jitted
-program, so it is fixed per compiled program: by default every randomizable field is batched
-from the start (one compilation, whatever a task randomizes later; the tables cost
-N x (a few floats per body/geom/actuator/dof)). `randomize=()` batches nothing until
-`set_params` first names a field; each new set of batched fields then compiles once (cached
-per set, also across sims), never once per call.
+that replace the model's fields; `vmap` maps over exactly those (`in_axes=0`) and shares the
+rest. The batched set is part of the program: by default every randomizable field is
+batched from the start (one compilation; tables of N x a few floats per body/geom/actuator/
+dof); `randomize=()` batches nothing until `set_params` first names a field, and each new
+set compiles once (cached per set, across sims too).
 
-Compilation: the first step and reset are compiled in the constructor; their wall time is
-`compile_seconds` (vmap keeps the program the same size for any N). Compiled programs are
-cached per process; set JAX_COMPILATION_CACHE_DIR to keep them across processes.
+Compilation: the first step and reset compile in the constructor (`compile_seconds`; vmap
+keeps the program one size for any N), cached per process (JAX_COMPILATION_CACHE_DIR keeps
+them across processes). The stream rule for shared buffers is in `trot.sim.jax_bridge`.
 
-The stream rule for sharing buffers between torch and JAX is in `trot.sim.jax_bridge`.
-
-Tracked MjData fields (`fields=`, read with `data(name)`) are leaves of the batched data,
-shared like qpos. RNE_POST_FIELDS (cfrc_ext, ...) are computed by MJX's rne_postconstraint
-after the substeps and after resets, in the same programs (jax impl; on Warp they raise).
-Under RK4, cacc and cfrc_int differ from MuJoCo C's (xpos and cfrc_ext agree).
+Tracked MjData fields (`fields=`, `data(name)`) are leaves shared like qpos; RNE_POST_FIELDS
+(cfrc_ext, ...) come from MJX's rne_postconstraint in the same programs (jax impl; Warp
+raises); under RK4, cacc and cfrc_int differ from MuJoCo C's (xpos and cfrc_ext agree).
 """
 
 from __future__ import annotations

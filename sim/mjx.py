@@ -42,13 +42,8 @@ import torch
 from torch import Tensor
 
 from trot.sim import resolve_device
-from trot.sim.base import (
-    RANDOMIZABLE_FIELDS,
-    RNE_POST_FIELDS,
-    check_field,
-    sensor_slices,
-    sensor_view,
-)
+from trot.sim.base import (RANDOMIZABLE_FIELDS, RNE_POST_FIELDS, check_field, sensor_slices,
+                           sensor_view)
 from trot.sim.jax_bridge import (
     _TORCH_DTYPES,
     IMPL_ENV,

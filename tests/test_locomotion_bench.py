@@ -35,11 +35,15 @@ def _rows(path: Path) -> list[dict[str, str]]:
 def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
     # thresholds no policy can miss: met at each seed's first evaluation
     out = _run(tmp_path, "--seeds", "0", "1", "--max-error", "100", "--max-falls", "1")
+    # evaluations come every 0.02 min of training up to 0.04 min: 2 rows, or 1 where a
+    # loaded machine's single iteration outlasts the budget (the loop is wall-clock)
+    count = {}
     for k in (0, 1):
         cfg = json.loads((tmp_path / f"run_seed{k}" / "config.json").read_text())
         assert cfg["seed"] == k
         rows = _rows(tmp_path / f"curve_seed{k}.csv")
-        assert len(rows) == 2
+        count[k] = len(rows)
+        assert 1 <= len(rows) <= 2
         first = f"{float(rows[0]['env_steps']) / 1e6:.1f} M env steps"
         assert f"{float(rows[0]['train_s']) / 60:.1f} min, {first}" in out
     assert "median (range) over 2 seeds" in out and "not reached" not in out
@@ -47,14 +51,14 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
     # a budget already spent: resume trains nothing more and repeats no row
     again = _run(tmp_path, "--seeds", "0", "1", "--resume", "--max-error", "-1")
     for k in (0, 1):
-        assert len(_rows(tmp_path / f"curve_seed{k}.csv")) == 2
+        assert len(_rows(tmp_path / f"curve_seed{k}.csv")) == count[k]
     assert "not reached by 2 of 2 seeds" in again  # -1 m/s: never met
 
     # a seed the split run never began starts under --resume; the others only re-report
     _run(tmp_path, "--seeds", "0", "2", "--resume", "--max-error", "100", "--max-falls", "1")
     assert json.loads((tmp_path / "run_seed2" / "config.json").read_text())["seed"] == 2
-    assert len(_rows(tmp_path / "curve_seed2.csv")) == 2
-    assert len(_rows(tmp_path / "curve_seed0.csv")) == 2
+    assert 1 <= len(_rows(tmp_path / "curve_seed2.csv")) <= 2
+    assert len(_rows(tmp_path / "curve_seed0.csv")) == count[0]
 
     # --eval-only: one more evaluation row printed, nothing written
     before = (tmp_path / "curve_seed1.csv").read_text()

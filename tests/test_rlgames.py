@@ -14,12 +14,12 @@ need("rl_games")
 
 from rl_games.common import vecenv
 
+from trot.adapters import parse_value
 from trot.agents.config import PPOConfig
 from trot.cli import main as cli_main
 from trot.rlgames import (
     ENV_NAME,
     TrotVecEnv,
-    _parse_value,
     apply_overrides,
     make_config,
     register,
@@ -75,8 +75,8 @@ def test_asymmetric_task_gets_states_and_a_central_value_net():
 def test_overrides_and_values():
     cfg = make_config(TASK, num_envs=64, max_epochs=5)
     before = copy.deepcopy(cfg)
-    out = apply_overrides(cfg, {"config.learning_rate": _parse_value("3e-4"),
-                                "network.mlp.units": _parse_value("[16, 16]")})
+    out = apply_overrides(cfg, {"config.learning_rate": parse_value("3e-4"),
+                                "network.mlp.units": parse_value("[16, 16]")})
     assert out["params"]["config"]["learning_rate"] == 3e-4
     assert out["params"]["network"]["mlp"]["units"] == [16, 16]
     assert cfg == before  # the original is untouched

@@ -20,9 +20,7 @@ numpy). See docs/adapters.md.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,22 +29,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from trot.adapters import config_with, merge_dotted, parser
+from trot.adapters import overrides as adapter_overrides
 from trot.agents.config import PPOConfig, tuned
-from trot.tasks.base import Observation, Task, TaskConfig
+from trot.tasks.base import Observation, Task
 from trot.tasks.registry import get_task, make_env
 
 ENV_NAME = "trot"  # rl_games' env_configurations key
 VECENV_TYPE = "TROT"  # rl_games' vecenv type
-
-
-def _task_config(task: str, overrides: dict[str, Any] | None) -> TaskConfig:
-    """The task's registered config with some fields replaced (lists become tuples, as
-    config.json round-trips them)."""
-    cfg = get_task(task).config
-    if overrides:
-        cfg = dataclasses.replace(cfg, **{k: tuple(v) if isinstance(v, list) else v
-                                          for k, v in overrides.items()})
-    return cfg
 
 
 def _asymmetric(task: Task) -> bool:
@@ -64,7 +54,7 @@ class TrotVecEnv:
                  task_config: dict[str, Any] | None = None, **_ignored: Any):
         from rl_games.common.gym_compat import spaces
 
-        cfg = _task_config(task, task_config)
+        cfg = config_with(task, task_config)
         self.env = make_env(task, int(num_actors), sim, device, int(seed), cfg)
         self.stagger = stagger  # spread time-limit resets, as trot's trainer does
         self.asymmetric = _asymmetric(self.env.task)
@@ -152,7 +142,7 @@ def make_config(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int
     batch = num_envs * a.rollout_steps
     lr_schedule = "adaptive" if a.desired_kl > 0 else "constant"
     entry = get_task(task)
-    asymmetric = _asymmetric(entry.task_cls(_task_config(task, task_config)))
+    asymmetric = _asymmetric(entry.task_cls(config_with(task, task_config)))
     config: dict[str, Any] = {
         "name": name or task, "full_experiment_name": name or task, "env_name": ENV_NAME,
         "device": device, "device_name": device, "multi_gpu": False, "mixed_precision": False,
@@ -198,12 +188,7 @@ def apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     """Deep-merge {"config.learning_rate": 3e-4, "network.mlp.units": [64, 64]} (dotted keys
     below "params") into a copy of cfg."""
     out = copy.deepcopy(cfg)
-    for key, value in overrides.items():
-        node = out["params"]
-        *path, last = key.split(".")
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = value
+    merge_dotted(out["params"], overrides)
     return out
 
 
@@ -256,38 +241,14 @@ def train(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int = 0,
     return observer.rows
 
 
-def _parse_value(text: str) -> Any:
-    import yaml  # rl_games depends on PyYAML: "3e-4", "[64, 64]", "true" as YAML reads them
-
-    value = yaml.safe_load(text)
-    if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trot rl-games",
-                                description="train a trot task with rl_games' PPO")
-    p.add_argument("task")
-    p.add_argument("--num-envs", type=int, default=256)
+    p = parser("trot rl-games", "train a trot task with rl_games' PPO",
+               "override an rl_games config entry below params, e.g. "
+               "config.learning_rate=3e-4 or network.mlp.units=[64,64]")
     p.add_argument("--max-epochs", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--sim", default="cpu")
     p.add_argument("--train-dir", default="runs_rlgames")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an rl_games config entry below params, e.g. "
-                        "config.learning_rate=3e-4 or network.mlp.units=[64,64]")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    overrides = {}
-    for item in a.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            p.error(f"--set wants KEY=VALUE, got {item!r}")
-        overrides[key] = _parse_value(value)
+    overrides = adapter_overrides(p, a.set)
     try:
         import rl_games  # noqa: F401
     except ImportError:

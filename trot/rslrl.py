@@ -20,8 +20,6 @@ Needs `pip install rsl-rl-lib` (5.x; the `rslrl` extra). See docs/adapters.md.
 
 from __future__ import annotations
 
-import argparse
-import ast
 import copy
 import dataclasses
 import json
@@ -34,8 +32,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trot.adapters import config_with, merge_dotted, parser
+from trot.adapters import overrides as adapter_overrides
 from trot.agents.config import PPOConfig, tuned
-from trot.tasks.base import Observation, TaskConfig
+from trot.tasks.base import Observation
 from trot.tasks.registry import get_task, make_env
 
 try:
@@ -43,16 +43,6 @@ try:
     from tensordict import TensorDict
 except ImportError:  # the rslrl extra is missing: main() says so; importing still works
     VecEnv, TensorDict = object, None
-
-
-def _task_config(task: str, overrides: dict[str, Any] | None) -> TaskConfig:
-    """The task's registered config with some fields replaced (lists become tuples, as
-    config.json round-trips them)."""
-    cfg = get_task(task).config
-    if overrides:
-        cfg = dataclasses.replace(cfg, **{k: tuple(v) if isinstance(v, list) else v
-                                          for k, v in overrides.items()})
-    return cfg
 
 
 class TrotVecEnv(VecEnv):
@@ -71,7 +61,7 @@ class TrotVecEnv(VecEnv):
     def __init__(self, task: str, num_envs: int, sim: str = "cpu", device: str = "cpu",
                  seed: int = 0, stagger: bool = True, task_config: dict[str, Any] | None = None,
                  log_every: int = 24):
-        cfg = _task_config(task, task_config)
+        cfg = config_with(task, task_config)
         self.env = make_env(task, int(num_envs), sim, device, int(seed), cfg)
         self.num_envs = self.env.num_envs
         self.num_actions = self.env.action_dim
@@ -185,12 +175,7 @@ def apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     """Deep-merge {"algorithm.learning_rate": 3e-4, "actor.hidden_dims": [64, 64]} (dotted
     keys) into a copy of cfg."""
     out = copy.deepcopy(cfg)
-    for key, value in overrides.items():
-        node = out
-        *path, last = key.split(".")
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = value
+    merge_dotted(out, overrides)
     return out
 
 
@@ -247,36 +232,14 @@ def train(task: str, num_envs: int = 256, max_iterations: int = 100, seed: int =
     return rows
 
 
-def _parse_value(text: str) -> Any:
-    """A --set value: JSON (3e-4, [64, 64], true), a Python literal, else the string."""
-    for parse in (json.loads, ast.literal_eval):
-        try:
-            return parse(text)
-        except (ValueError, SyntaxError):
-            pass
-    return text
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trot rsl-rl",
-                                description="train a trot task with rsl_rl's PPO")
-    p.add_argument("task")
-    p.add_argument("--num-envs", type=int, default=256)
+    p = parser("trot rsl-rl", "train a trot task with rsl_rl's PPO",
+               "override an rsl_rl train config entry, e.g. "
+               "algorithm.learning_rate=3e-4 or actor.hidden_dims=[64,64]")
     p.add_argument("--max-iterations", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--sim", default="cpu")
     p.add_argument("--run-dir", default=None, help="default: runs_rslrl/TASK")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an rsl_rl train config entry, e.g. "
-                        "algorithm.learning_rate=3e-4 or actor.hidden_dims=[64,64]")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    overrides = {}
-    for item in a.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            p.error(f"--set wants KEY=VALUE, got {item!r}")
-        overrides[key] = _parse_value(value)
+    overrides = adapter_overrides(p, a.set)
     if TensorDict is None:
         print("trot: error: rsl_rl is not installed: pip install 'trot[rslrl]' "
               "(see docs/adapters.md)", file=sys.stderr)

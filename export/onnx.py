@@ -14,14 +14,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trot.agents.networks import Acting
 from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
-from trot.runs import LoadedRun, load_run, temp_prefix
+from trot.runs import load_run, temp_prefix
+from trot.tasks.env import Env
 
 OPSET = 18
 PARITY_TOL = 1e-5
@@ -37,9 +38,11 @@ class DeployedPolicy(nn.Module):
     h (GRU) or h and c (LSTM) of a recurrent actor, none for an MLP."""
 
     def __init__(self, actor: nn.Module):
+        """actor: obs [B, K * P] -> mean [B, A]; a recurrent one has `memory` (kind, hidden
+        size) and `step(obs, state)`. A module without `memory` is a memoryless one."""
         super().__init__()
         self.actor = actor
-        memory = actor.memory
+        memory = getattr(actor, "memory", None)
         self.memory = None if memory is None else (memory.kind, memory.hidden)
         self.state_names = () if memory is None else STATE_NAMES[:2 if memory.kind == "lstm"
                                                                   else 1]
@@ -58,20 +61,22 @@ class ParityReport:
 
 
 @torch.no_grad()
-def parity_sequences(run: LoadedRun, steps: int = 100, extra: int = 32,
+def parity_sequences(env: Env, policy: DeployedPolicy, steps: int = 100, extra: int = 32,
                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Observation sequences [T, B, K * P] float32 and episode starts [T, B] bool: a
-    recorded rollout of the env's own episodes (with its resets), then sequences of
-    random and +-10 std extreme observations that restart at random steps."""
-    env = run.env
-    act = Acting(run.ac.actor, env.num_envs, env.device)
+    rollout of the env's own episodes (with its resets) acted by `policy`, then sequences
+    of random and +-10 std extreme observations that restart at random steps."""
     obs = env.reset()
+    width = 0 if policy.memory is None else policy.memory[1]
+    state = [torch.zeros(env.num_envs, width) for _ in policy.state_names]
     recorded, starts = [], [torch.zeros(env.num_envs, dtype=torch.bool)]
     for _ in range(steps):
         recorded.append(obs.policy.clone())
-        res = env.step(act(obs.policy))
+        out = policy(obs.policy, *state)
+        action, state = (out[0], list(out[1:])) if state else (out, [])
+        res = env.step(action)
         done = res.terminated | res.truncated
-        act.ended(done)
+        state = [s.masked_fill(done[:, None], 0.0) for s in state]  # a new episode's is 0
         starts.append(done.clone())
         obs = res.obs
     rec = torch.stack(recorded)  # [T, N, K * P]
@@ -173,15 +178,24 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     """Export a run's last checkpoint into `out` (default: the run directory)."""
     require_export_deps()
     run_dir = Path(run_dir)
-    out = Path(out) if out is not None else run_dir
     # The export needs the task's model and terms, and observations to check the graph on:
     # MuJoCo C gives both for a run trained on any backend (an mjx run compiles no MJX here).
     run = load_run(run_dir, num_envs=64, sim="cpu")
-    policy = DeployedPolicy(run.ac.actor).eval()
-    spec = run.env.task.build()
+    return export_policy(run.env, DeployedPolicy(run.ac.actor), run.env.task.config,
+                         run.state["env_steps"], run_dir if out is None else Path(out), quiet)
+
+
+def export_policy(env: Env, policy: DeployedPolicy, task_config: Any, env_steps: int,
+                  out: Path, quiet: bool = False) -> ParityReport:
+    """Write policy.onnx, policy.json and model.xml (and the files it reads) for `policy`
+    acting in `env` (a noise-free env of the trained task, cpu backend) into `out`, after
+    the contract's load check and the ONNX/torch parity check; nothing lands if one fails."""
+    require_export_deps()
+    policy = policy.eval()
+    spec = env.task.build()
     xml, files = spec.to_xml(), dict(spec.assets)  # files: what model.xml reads (terrains)
-    contract = build_contract(run.env, run.env.task.config, run.state["env_steps"], OPSET,
-                              sha256(xml.encode()), files, policy.memory)
+    contract = build_contract(env, task_config, env_steps, OPSET, sha256(xml.encode()),
+                              files, policy.memory)
     check_written_model(contract, xml, files)
     text = dumps(contract)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,8 +205,8 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
         for name, blob in files.items():
             (tmp / name).write_bytes(blob)
         (tmp / "policy.json").write_text(text)
-        write_onnx(policy, run.env.obs_dim, tmp / "policy.onnx", text)
-        report = check_parity(tmp / "policy.onnx", policy, *parity_sequences(run))
+        write_onnx(policy, env.obs_dim, tmp / "policy.onnx", text)
+        report = check_parity(tmp / "policy.onnx", policy, *parity_sequences(env, policy))
         # each rename is atomic, model files first; the runner checks that all agree
         for name in (*files, *FILES):
             os.replace(tmp / name, out / name)

@@ -228,13 +228,22 @@ def test_adapters_md_commands_run(tmp_path, monkeypatch, capsys):
     lines = [ln for b in blocks for ln in b.splitlines() if ln.strip()]
     assert lines[0].startswith("pip install")  # the extra: .ci/run installs it
     commands = lines[1:]
-    assert len(commands) == 4 and all(ln.startswith("trot rsl-rl ") for ln in commands)
+    assert [ln.split()[1] for ln in commands] == ["rsl-rl"] * 5 + ["sim2sim", "export"]
     for line in commands:
         argv = shlex.split(line)
         assert cli_main(argv[1:]) == 0, line
-        run = Path(capsys.readouterr().out.strip().splitlines()[-1])
+        out = capsys.readouterr().out.strip().splitlines()
+        if argv[1] == "sim2sim":  # the exported rsl_rl policy in plain MuJoCo
+            assert any(ln.split()[:2] == ["episodes", "2"] for ln in out), out
+            continue
+        if argv[1] == "export":
+            contract = json.loads(Path(argv[-1], "policy.json").read_text())
+            assert contract["task"] == TASK
+            continue
+        run = Path(out[-1])
         record = json.loads((run / "rslrl.json").read_text())
         assert record["task"] == argv[2] and list(run.glob("model_*.pt")), line
+        assert (run / "policy.onnx").is_file() == ("--export" in argv), line
         if "--tasks" in argv:
             assert record["task_source"]["kind"] == "file"
         if "--set" in argv:
@@ -243,3 +252,53 @@ def test_adapters_md_commands_run(tmp_path, monkeypatch, capsys):
         assert record["train_cfg"]["obs_groups"] == {"actor": ["policy"], "critic": ["critic"]}
     with pytest.raises(SystemExit):  # argparse's usage error
         rslrl_main([TASK, "--set", "learning_rate"])
+
+
+def test_export_is_rsl_rls_own_actor_in_trots_contract(tmp_path):
+    """`trot rsl-rl --export`: onnxruntime on the written graph against the actor rsl_rl
+    itself loads from the checkpoint (a runner built here, `get_inference_policy` on a
+    TensorDict), clipped to [-1, 1], on observations of the task's env; the contract's
+    env steps against rsl_rl's own count. The bugs: the normalizer left out or applied
+    twice, the std head exported instead of the mean, an older checkpoint loaded, and the
+    iteration counted from 1."""
+    import numpy as np
+    import onnxruntime as ort
+    from rsl_rl.runners import OnPolicyRunner
+    from tensordict import TensorDict
+
+    from trot.rslrl import train
+
+    run = tmp_path / "run"
+    rows = train(TASK, num_envs=32, max_iterations=4, seed=3, run_dir=run)
+    assert cli_main(["export", str(run)]) == 0
+    record = json.loads((run / "rslrl.json").read_text())
+    contract = json.loads((run / "policy.json").read_text())
+    assert contract["training_env_steps"] == rows[-1]["env_steps"] == 4 * 32 * 16
+
+    vec = TrotVecEnv(TASK, 32, seed=7, stagger=False)
+    runner = OnPolicyRunner(vec, record["train_cfg"], log_dir=None, device="cpu")
+    runner.load(str(run / "model_3.pt"))
+    policy = runner.get_inference_policy("cpu")
+    obs = torch.cat([vec.get_observations()["policy"]]
+                    + [vec.step(torch.rand(32, 1) * 2 - 1)[0]["policy"] for _ in range(30)])
+    obs = torch.cat([obs, obs * 20.0])  # far outside the normalizer's range, too
+    with torch.no_grad():
+        want = policy(TensorDict({"policy": obs}, batch_size=[len(obs)])).clamp(-1, 1)
+    sess = ort.InferenceSession(str(run / "policy.onnx"))
+    got = sess.run(["action"], {"obs": obs.numpy()})[0]
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=0)
+    assert np.abs(got).max() == 1.0 and want.std() > 0.01  # clipped rows and a live actor
+
+
+def test_export_of_a_run_without_a_checkpoint_names_it(tmp_path, capsys):
+    """An rsl_rl run folder whose model_<it>.pt files are gone: a message naming the folder
+    and what it lacks, exit 2 (as every CLI error), nothing written."""
+    from trot.rslrl import train
+
+    run = tmp_path / "run"
+    train(TASK, num_envs=16, max_iterations=1, run_dir=run)
+    for f in run.glob("model_*.pt"):
+        f.unlink()
+    assert cli_main(["export", str(run)]) == 2
+    assert "holds no rsl_rl checkpoint (model_<iteration>.pt)" in capsys.readouterr().err
+    assert not (run / "policy.onnx").exists()

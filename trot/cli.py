@@ -249,9 +249,15 @@ def cmd_export(args: list[str]) -> int:
     from trot.export.onnx import ExportError, export_run
 
     run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
+    out = None if a.out is None else Path(a.out)
     try:
-        export_run(Path(run_dir), None if a.out is None else Path(a.out))
-    except ExportError as e:
+        if (Path(run_dir) / "rslrl.json").is_file():  # a `trot rsl-rl` run
+            from trot.rslrl import export
+
+            export(Path(run_dir), out)
+        else:
+            export_run(Path(run_dir), out)
+    except (ExportError, ValueError) as e:
         return _fail(str(e))
     return 0
 

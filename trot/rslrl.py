@@ -24,19 +24,21 @@ import copy
 import dataclasses
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from trot.adapters import config_with, merge_dotted, parser
 from trot.adapters import overrides as adapter_overrides
 from trot.agents.config import PPOConfig, tuned
 from trot.tasks.base import Observation
-from trot.tasks.registry import get_task, make_env
+from trot.tasks.env import Env
+from trot.tasks.registry import get_task, is_registered, make_env
 
 try:
     from rsl_rl.env import VecEnv
@@ -232,12 +234,70 @@ def train(task: str, num_envs: int = 256, max_iterations: int = 100, seed: int =
     return rows
 
 
+SETTINGS = "rslrl.json"  # what `train` writes beside rsl_rl's own files
+CHECKPOINT = re.compile(r"model_(\d+)\.pt")
+
+
+def last_checkpoint(run_dir: Path) -> tuple[Path, int]:
+    """rsl_rl's newest model_<it>.pt in run_dir and its iteration; a ValueError naming the
+    folder where it holds none."""
+    found = [(int(m.group(1)), f) for f in Path(run_dir).iterdir()
+             if (m := CHECKPOINT.fullmatch(f.name))]
+    if not found:
+        raise ValueError(f"{run_dir} holds no rsl_rl checkpoint (model_<iteration>.pt)")
+    it, path = max(found)
+    return path, it
+
+
+def load_policy(run_dir: Path, num_envs: int = 64) -> tuple[Env, nn.Module, Any, int]:
+    """An rsl_rl run's actor as it acts deterministically, rebuilt by rsl_rl's own runner
+    from rslrl.json and loaded from the last model_<it>.pt: its observation normalizer,
+    MLP and Gaussian mean (`MLPModel.as_onnx`), obs [B, P] -> mean [B, A]. Returns a
+    noise-free trot env of the task (cpu backend), that actor, the task config and the
+    env steps the checkpoint trained on."""
+    from rsl_rl.runners import OnPolicyRunner
+
+    from trot.tasks.sources import load_recorded
+
+    run_dir = Path(run_dir)
+    if not (run_dir / SETTINGS).is_file():
+        raise ValueError(f"{run_dir} is not a `trot rsl-rl` run (no {SETTINGS})")
+    settings = json.loads((run_dir / SETTINGS).read_text())
+    task = settings["task"]
+    if not is_registered(task):
+        load_recorded(settings.get("task_source"), run_dir)
+    path, it = last_checkpoint(run_dir)
+    train_cfg = settings["train_cfg"]
+    vec = TrotVecEnv(task, num_envs, "cpu", "cpu", settings["seed"], stagger=False,
+                     task_config={**settings["task_config"], "obs_noise": False})
+    runner = OnPolicyRunner(vec, copy.deepcopy(train_cfg), log_dir=None, device="cpu")
+    runner.load(str(path), load_cfg={"actor": True}, map_location="cpu")
+    actor = runner.get_inference_policy("cpu").as_onnx(verbose=False).eval()
+    # rsl_rl saves model_<it>.pt after iteration it (counted from 0): it + 1 rollouts
+    steps = (it + 1) * train_cfg["num_steps_per_env"] * settings["num_envs"]
+    return vec.env, actor, vec.env.task.config, steps
+
+
+def export(run_dir: Path, out: Path | None = None, quiet: bool = False):
+    """`trot export` of an rsl_rl run: its actor and normalizer into trot's contract
+    (policy.onnx, policy.json, model.xml), checked as any trot export is."""
+    from trot.export.onnx import DeployedPolicy, export_policy, require_export_deps
+
+    require_export_deps()
+    env, actor, config, steps = load_policy(run_dir)
+    return export_policy(env, DeployedPolicy(actor), config, steps,
+                         Path(run_dir) if out is None else Path(out), quiet)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("trot rsl-rl", "train a trot task with rsl_rl's PPO",
                "override an rsl_rl train config entry, e.g. "
                "algorithm.learning_rate=3e-4 or actor.hidden_dims=[64,64]")
     p.add_argument("--max-iterations", type=int, default=100)
     p.add_argument("--run-dir", default=None, help="default: runs_rslrl/TASK")
+    p.add_argument("--export", action="store_true",
+                   help="export the trained policy (policy.onnx, policy.json, model.xml) "
+                        "into the run directory, as `trot export RUN_DIR` does")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     overrides = adapter_overrides(p, a.set)
     if TensorDict is None:
@@ -251,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         last = rows[-1]
         print(f"iteration {last['iteration']:.0f}: mean return {last['mean_return']:.2f}, "
               f"mean length {last['mean_length']:.1f}")
+    if a.export:
+        export(run_dir)
     print(run_dir)
     return 0
 

@@ -130,6 +130,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="the learner's (and mjx's) device")
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
     p.add_argument("--out", default="go1_curve.csv")
+    p.add_argument("--stop-when-met", action="store_true",
+                   help="end the run at the first evaluation where both thresholds hold "
+                        "(the time to walk is then known; compare_locomotion.py's race)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir and the rows of --out")
     p.add_argument("--eval-only", action="store_true",
@@ -206,6 +209,8 @@ def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict
     last_return = float("nan")
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
     while train_s < 60 * a.budget_min:
+        if a.stop_when_met and any(_met(a, r) for r in rows):
+            break
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 60 * a.eval_every_min and \
                 train_s + time.perf_counter() - t0 < 60 * a.budget_min:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from trot.adapters import config_with, merge_dotted, parser
 from trot.adapters import overrides as adapter_overrides
+from trot.agents.collect import set_threads
 from trot.agents.config import PPOConfig, tuned
 from trot.tasks.base import Observation
 from trot.tasks.env import Env
@@ -105,10 +106,10 @@ class TrotVecEnv(VecEnv):
         extras: dict[str, Any] = {"time_outs": res.truncated}
         self._steps += 1
         if self._steps % self.log_every == 0:
-            extras["log"] = self._episode_log()
+            extras["log"] = self.episode_log()
         return self._groups(res.obs), res.reward, res.terminated | res.truncated, extras
 
-    def _episode_log(self) -> dict[str, Tensor]:
+    def episode_log(self) -> dict[str, Tensor]:
         """trot's per-episode means since the last call, as 0-d device tensors (no host
         sync); a rollout in which no episode ended logs NaN rather than a false 0."""
         names, vals = self.env.stats.pop(self.env.reward_terms)
@@ -181,6 +182,22 @@ def apply_overrides(cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return out
 
 
+def trot_threads(runner) -> None:
+    """rsl_rl's runner on a CPU with trot's trainer's thread rule (TrainConfig's
+    torch_threads=1, update_threads=0): one torch thread while MuJoCo's threads step the
+    envs, every core for the update, when the sim is idle. Call with one thread set."""
+    update = runner.alg.update
+
+    def update_on_every_core(*args, **kw):
+        set_threads(0)
+        try:
+            return update(*args, **kw)
+        finally:
+            set_threads(1)
+
+    runner.alg.update = update_on_every_core
+
+
 def _record(runner, rows: list[dict[str, float]]) -> None:
     """After each iteration's log, a row from rsl_rl's own statistics: the mean return and
     length of the last 100 finished episodes (partial staggered ones included)."""
@@ -221,6 +238,7 @@ def train(task: str, num_envs: int = 256, max_iterations: int = 100, seed: int =
         env = TrotVecEnv(task, num_envs, sim, device, seed, task_config=task_config,
                          log_every=cfg["num_steps_per_env"])
         runner = OnPolicyRunner(env, cfg, log_dir=str(run_dir), device=str(env.device))
+        trot_threads(runner)
         _record(runner, rows)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "rslrl.json").write_text(json.dumps({

@@ -143,9 +143,12 @@ class Actor(nn.Module):
         `sample_with` does the rest."""
         if state is None:
             state = self.initial_state(obs.shape[0], obs.device)
-        eps = torch.randn((obs.shape[0], self.log_std.shape[0]), dtype=self.log_std.dtype,
-                          device=obs.device, generator=gen)  # [B, A]
-        return self.sample_with(obs, eps, state)
+        return self.sample_with(obs, self.noise(obs.shape[0], gen), state)
+
+    def noise(self, n: int, gen: torch.Generator | None = None) -> Tensor:
+        """The standard normal draws eps [n, A] of n actions, from `gen`."""
+        return torch.randn((n, self.log_std.shape[0]), dtype=self.log_std.dtype,
+                           device=self.log_std.device, generator=gen)
 
     def sample_with(self, obs: Tensor, eps: Tensor, state: Tensor
                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -74,6 +75,13 @@ def _sequence_means(actor: torch.nn.Module, b: Batch, seq: Sequences) -> Tensor:
     return actor.sequence(b.obs.view(t, n, -1), seq.state0, seq.starts).flatten(0, 1)
 
 
+def _sample_with(actor: torch.nn.Module, obs: Tensor, eps: Tensor, state: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`actor.sample_with`, as a function of the actor: one captured program serves the
+    learner's actor and a lagged copy alike (Dynamo guards on which one it is)."""
+    return actor.sample_with(obs, eps, state)
+
+
 @functools.cache
 def _cpu_flags() -> str:
     try:
@@ -96,8 +104,11 @@ class PPO:
     """The algorithm: acting, turning a rollout into a batch, and the update."""
 
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
-                 comm: Comm = ONE_PROCESS, mirrors: Mirrors | None = None):
-        """mirrors: the task's left-right mirror maps, for cfg.symmetry='augment'."""
+                 comm: Comm = ONE_PROCESS, mirrors: Mirrors | None = None,
+                 capture: Callable[[Callable], Callable] = lambda fn: fn):
+        """mirrors: the task's left-right mirror maps, for cfg.symmetry='augment'.
+        capture: how the act step and the minibatch's forward and loss run (agents/
+        capture.py's `compiler`; default eager)."""
         if cfg.symmetry == "augment" and mirrors is None:
             raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
@@ -114,6 +125,8 @@ class PPO:
         self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
         self.bf16 = cfg.update_dtype == "bfloat16" or (cfg.update_dtype == "auto"
                                                        and native_bf16(torch.device(device)))
+        self._sample_with = capture(_sample_with)
+        self._forward_loss = capture(self.forward_loss)
 
     def _forward_precision(self):
         """The update's forward passes under bf16 autocast (update_dtype), else as they are:
@@ -136,7 +149,10 @@ class PPO:
         """Sample actions [N, A]; return them with log-probs [N], the means [N, A] and the
         actor's next memory state [N, S]. `actor`: the behaviour actor (a lagged snapshot);
         default the learner's own. `gen`: the generator of the action noise."""
-        return (self.ac.actor if actor is None else actor).sample(obs, gen, state)
+        actor = self.ac.actor if actor is None else actor
+        if state is None:
+            state = actor.initial_state(obs.shape[0], obs.device)
+        return self._sample_with(actor, obs, actor.noise(obs.shape[0], gen), state)
 
     @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:
@@ -254,9 +270,7 @@ class PPO:
         statistics by logged name (0-d tensors). `adapt`: steer the learning rate by this
         minibatch's KL (when `desired_kl` > 0)."""
         cfg, ac = self.cfg, self.ac
-        with self._forward_precision():
-            mean = ac.actor(b.obs) if seq is None else _sequence_means(ac.actor, b, seq)
-            loss, stats = self.loss(b, mean.to(b.actions.dtype), old_log_std)
+        loss, stats = self._forward_loss(b, seq, old_log_std)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
@@ -266,6 +280,15 @@ class PPO:
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
         return stats | {"kl": kl, "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
+
+    def forward_loss(self, b: Batch, seq: Sequences | None, old_log_std: Tensor
+                     ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The actor's means on minibatch `b` (along its rollouts `seq` for a recurrent
+        actor), then `loss`: the part of a minibatch step that graph capture covers."""
+        with self._forward_precision():
+            mean = self.ac.actor(b.obs) if seq is None else _sequence_means(self.ac.actor,
+                                                                             b, seq)
+            return self.loss(b, mean.to(b.actions.dtype), old_log_std)
 
     def loss(self, b: Batch, mean: Tensor, old_log_std: Tensor
              ) -> tuple[Tensor, dict[str, Tensor]]:

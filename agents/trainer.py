@@ -19,6 +19,7 @@ import torch
 
 import trot
 from trot import faults
+from trot.agents.capture import compiler
 from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
@@ -54,8 +55,10 @@ class Trainer:
         dev = env.device
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
         comm.broadcast_module(self.ac)  # identical replicas from the start
+        capture = compiler(cfg.capture, dev)  # graph capture: agents/capture.py
+        env.capture(capture)
         self.algo = PPO(self.ac, a, dev, comm,
-                        env.mirrors() if a.symmetry == "augment" else None)
+                        env.mirrors() if a.symmetry == "augment" else None, capture)
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         buffer = lambda: Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,  # noqa: E731
                                           env.critic_obs_dim, env.action_dim, dev,

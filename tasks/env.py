@@ -115,6 +115,14 @@ class Env:
         self.eval_outcomes: dict[str, Tensor] = {}  # Task.episode_outcomes, the same way
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
+        self.capture(lambda fn: fn)
+
+    def capture(self, compile_fn: Callable[[Callable], Callable]) -> None:
+        """Run a step's observation, reward and termination through compile_fn (agents/
+        capture.py's `compiler`: torch.compile, or eager, as here by default)."""
+        self._observe = compile_fn(self.observe)
+        self._reward = compile_fn(self.task.reward)
+        self._terminated = compile_fn(self.task.terminated)
 
     # ------------------------------------------------------------------ observation
     def observe(self, noise: tuple[Tensor | None, Tensor | None] | None = None) -> Observation:
@@ -256,10 +264,10 @@ class Env:
 
         noise = self._draw_noise()
         prev = self.obs.policy
-        frame = self.observe(noise)
+        frame = self._observe(noise)
         final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
-        reward, terms = self.task.reward(self.sim, action)
-        terminated = self.task.terminated(self.sim)
+        reward, terms = self._reward(self.sim, action)
+        terminated = self._terminated(self.sim)
         if not self.reward_terms:  # the first step: the task's outputs, named if malformed
             self._check_outputs(reward, terms, terminated)
         terminated = terminated | unstable
@@ -276,7 +284,7 @@ class Env:
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,
         # noise draw), so the fresh observation is the step's observation for every env
-        frame = self.observe(noise)
+        frame = self._observe(noise)
         self.obs = Observation(self._stacked(prev, frame.policy, done), frame.critic)
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})

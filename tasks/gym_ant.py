@@ -54,7 +54,8 @@ def ant_xml() -> Path:
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
             "task gym-ant loads the ant.xml that Gymnasium ships, and gymnasium is not "
-            "installed: pip install 'trot[gym]' (gymnasium[mujoco]>=1.0)") from None
+            "installed: pip install 'trot[gym]' (gymnasium[mujoco]>=1.0)",
+            name="gymnasium") from None
     if not path.is_file():
         raise FileNotFoundError(f"this gymnasium has no {path}; gym-ant needs gymnasium>=1.0")
     return Path(str(path))

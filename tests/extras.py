@@ -29,3 +29,14 @@ def skip_reason(module: str) -> str:
 def need(module: str):
     """`module`, imported, or a skip naming the extra that brings it."""
     return pytest.importorskip(module, reason=skip_reason(module))
+
+
+def or_skip_for_extra(build):
+    """build(), or a skip naming the extra when it fails because a module the extras bring
+    is missing (a task whose model ships with an extra, e.g. gym-ant's with gymnasium)."""
+    try:
+        return build()
+    except ModuleNotFoundError as e:
+        if e.name in EXTRA_OF:
+            pytest.skip(skip_reason(e.name))
+        raise

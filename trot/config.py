@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from trot.agents.capture import check_setting as check_capture
 from trot.agents.config import PPOConfig
 from trot.tasks.base import TaskConfig, from_fields
 
@@ -65,6 +66,10 @@ class TrainConfig:
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
     dist_timeout: float = 300.0
     """seconds a collective waits for the other processes before the job fails"""
+    capture: str = "auto"
+    """graph capture of the per-step torch code and the minibatch loss (agents/capture.py):
+    auto (torch.compile on CUDA, eager on the CPU), off (eager), or a torch.compile
+    BACKEND or BACKEND:MODE on any device, e.g. inductor:reduce-overhead (CUDA graphs)"""
     export: bool = True
     """export policy.onnx + policy.json at the end of training"""
     agent: PPOConfig = field(default_factory=PPOConfig)
@@ -95,6 +100,7 @@ class TrainConfig:
         if self.async_collect and self.actor_lag != 1:
             raise ValueError("async_collect acts with the parameters one update old while the "
                              f"update runs: it needs actor_lag=1, got actor_lag={self.actor_lag}")
+        check_capture(self.capture)
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()

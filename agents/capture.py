@@ -44,12 +44,13 @@ def check_setting(setting: str) -> None:
     backend, _, mode = setting.partition(":")
     import torch._dynamo  # only for an explicit backend: importing Dynamo costs a second
 
-    backends = torch._dynamo.list_backends(exclude_tags=())
     modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-    if backend not in backends or (mode and mode not in modes):
+    if backend not in torch._dynamo.list_backends(exclude_tags=()) or \
+            (mode and mode not in modes):  # the message lists the usual ones, not debug
+        usual = ", ".join([*torch._dynamo.list_backends(), "aot_eager", "eager"])
         raise ValueError(f"capture must be 'auto', 'off', a torch.compile backend "
-                         f"({', '.join(backends)}) or BACKEND:MODE with a mode of "
-                         f"{', '.join(modes)}; got {setting!r}")
+                         f"({usual}) or BACKEND:MODE with a mode of {', '.join(modes)}; "
+                         f"got {setting!r}")
 
 
 def compiler(setting: str, device: torch.device) -> Callable[[F], F]:

@@ -47,11 +47,12 @@ def _free(device: torch.device) -> None:
 
 
 def train_throughput(env, sim: str, device: torch.device, iters: int,
-                     rollout: int) -> tuple[float, float]:
-    """Trainer.iterate (rollout + PPO update) env-steps/s, and the last mean return seen."""
+                     rollout: int, capture: str = "off") -> tuple[float, float]:
+    """Trainer.iterate (rollout + PPO update) env-steps/s, and the last mean return seen.
+    capture: TrainConfig.capture; its compile happens in the untimed warm-up iteration."""
     agent = dataclasses.replace(PPOConfig(), rollout_steps=rollout)
     cfg = TrainConfig(task=env.name, num_envs=env.num_envs, sim=sim, device=str(device),
-                      agent=agent, max_env_steps=10**12)
+                      agent=agent, max_env_steps=10**12, capture=capture)
     trainer = Trainer(cfg, env)
     trainer.iterate()  # warm-up (the update's kernels, the reset program)
     _sync(device)
@@ -85,12 +86,13 @@ def measure(a: argparse.Namespace, n: int, device: torch.device) -> dict:
     s = env.sim.substeps
     sebulba = a.sim == "cpu" and device.type != "cpu"
     backend = f"mjx-{env.sim.impl}" if a.sim == "mjx" else "sebulba" if sebulba else "cpu"
+    backend += "" if a.capture == "off" else f" ({a.capture})"
     row = {"num_envs": n, "backend": backend,
            "compile_s": getattr(env.sim, "compile_seconds", 0.0), "build_s": build_s}
     row["env_loop"] = env_loop(env, a.steps) / s  # env-steps/s (bench returns physics)
     row["physics"] = sim_only(env, a.steps) / s  # from the env loop's own states
     row["train"], row["train_return"] = train_throughput(env, a.sim, device, a.train_iters,
-                                                         a.rollout)
+                                                         a.rollout, a.capture)
     row["overflow_steps"] = int(getattr(env.sim, "overflow_steps", 0))
     return row
 
@@ -146,6 +148,9 @@ def main() -> int:
     p.add_argument("--impl", default=None, help="jax or warp (default: the backend's choice)")
     p.add_argument("--warp-graph", default=None,
                    help="MJX-Warp CUDA-graph mode, e.g. WARP_STAGED (default: MJX's)")
+    p.add_argument("--capture", default="off",
+                   help="TrainConfig.capture of the timed training iterations (off: eager, "
+                        "the reference; auto: inductor on CUDA), named in the backend column")
     p.add_argument("--train-envs", type=int, default=4096, help="envs for the training run")
     p.add_argument("--train-seconds", type=float, default=60.0,
                    help="wall-clock budget of the training run (0: skip it)")

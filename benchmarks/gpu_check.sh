@@ -36,8 +36,9 @@
 #     if time remains), compile seconds in a column of their own;
 #   4 an mjx go1-flat training run at 4096 envs for what the window leaves (MJX_S at most),
 #     evaluated with the tracking metrics;
-#   5 if time remains: the mjx tests on CUDA (--maxfail=3), then go1-rough and g1-flat
-#     throughput.
+#   5 if time remains: the mjx tests on CUDA (--maxfail=3), go1-flat with the captured torch
+#     side (--capture auto; every row before it runs eager, the reference), then go1-rough
+#     and g1-flat throughput.
 # The issue asked for a 90 s Sebulba run and about 2 minutes of mjx training; beside the
 # probe and the throughput rows, 5 minutes hold 75 s and up to 105 s.
 set -uo pipefail
@@ -133,6 +134,7 @@ train_eval() {  # train_eval SIM ENVS SECONDS LABEL: locomotion_cpu.py, then one
   timeout "$budget" $PY benchmarks/locomotion_cpu.py --task go1-flat --sim "$sim" \
     --device $DEV --num-envs "$envs" --budget-min "$minutes" --eval-every-min "$minutes" \
     --episodes $EPISODES --run-dir "/tmp/trot-gpu-run-$sim" --out "$csv" \
+    --train capture=off \
     || { echo "$label FAILED or timed out"; status=1; }
   [ -f "$csv" ] && $PY - "$csv" "$label" >> "$RES" <<'EOF'
 import csv, sys
@@ -144,12 +146,12 @@ EOF
   tail -n 1 "$RES"
 }
 
-throughput() {  # throughput SIM TASK SIZES STEPS CAP_S: gpu_bench.py rows into results.md
+throughput() {  # throughput SIM TASK SIZES STEPS CAP_S [CAPTURE]: gpu_bench.py rows
   local budget=$(( $(left) - 5 )); [ "$budget" -gt "$5" ] && budget=$5
   if [ "$budget" -lt 20 ]; then echo "skipped: ${budget} s"; return 1; fi
   timeout "$budget" $PY benchmarks/gpu_bench.py --task "$2" --sim "$1" --device $DEV \
     --sizes "$3" --steps "$4" --train-iters 2 --train-seconds 0 --cpu-baseline 0 \
-    --append "$RES" || { echo "$2 on $1 FAILED or timed out"; return 1; }
+    --capture "${6:-off}" --append "$RES" || { echo "$2 on $1 FAILED or timed out"; return 1; }
 }
 
 record ""
@@ -179,6 +181,9 @@ if [ "$budget" -ge 30 ]; then
 else
   record "- mjx tests: skipped (no time)"
 fi
+# the captured torch side (TrainConfig.capture=auto: inductor on CUDA) against the eager
+# rows above; the training runs above stay eager, so a compile failure costs only this row
+throughput mjx go1-flat "${SIZES%%,*}" 50 90 auto || echo "(optional: exit unchanged)"
 for task in go1-rough g1-flat; do
   throughput mjx $task "${SIZES%%,*}" 50 60 || echo "(optional: exit unchanged)"
 done

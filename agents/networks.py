@@ -229,11 +229,16 @@ class ActorCritic(nn.Module):
         """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics,
         outlier rows left out (RunningMeanStd.inliers, on each rank's own rows)."""
         if isinstance(self.actor.normalizer, RunningMeanStd):
-            norm = self.actor.normalizer
-            norm.merge(*comm.moments(obs, norm.inliers(obs)))
+            fold(self.actor.normalizer, obs, comm)
             if not self.shared:
-                norm = self.critic.normalizer
-                norm.merge(*comm.moments(critic_obs, norm.inliers(critic_obs)))
+                fold(self.critic.normalizer, critic_obs, comm)
+
+
+def fold(norm: nn.Module, x: Tensor, comm: Comm = ONE_PROCESS) -> None:
+    """Fold a batch x [B, D] (of every rank) into a RunningMeanStd normalizer, outlier rows
+    left out (RunningMeanStd.inliers, on each rank's own rows); nothing for another one."""
+    if isinstance(norm, RunningMeanStd):
+        norm.merge(*comm.moments(x, norm.inliers(x)))
 
 
 def gaussian_kl(mu0: Tensor, log_std0: Tensor, mu1: Tensor, log_std1: Tensor) -> Tensor:

@@ -18,7 +18,8 @@ from trot.tasks import mirror
 from trot.tasks.base import Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
 from trot.observation_kinds import KINDS
-from trot.tasks.observation import ObsPlan, build_obs, compile_layout, make_layout, pool_columns
+from trot.tasks.observation import (ObsLayout, ObsPlan, build_obs, compile_layout, make_layout,
+                                    pool_columns)
 
 
 class EpisodeStats:
@@ -83,6 +84,20 @@ class EpisodeStats:
         if out["episodes"] == 0:
             out = {k: out[k] for k in ("episodes", "unstable_envs")}
         return out
+
+
+def stack_history(prev: Tensor | None, frame: Tensor, fresh: Tensor | None, k: int) -> Tensor:
+    """The observation [N, K * P] of the last k frames with `frame` [N, P] as its newest:
+    prev [N, K * P] shifted by one frame, or k copies of the frame (the contract's fill
+    rule: a new episode's history is its first frame) where prev is None or fresh [N] is
+    set."""
+    if k == 1:
+        return frame
+    first = frame.repeat(1, k)  # [N, K * P]
+    if prev is None:
+        return first
+    shifted = torch.cat([prev[:, frame.shape[1]:], frame], 1)
+    return shifted if fresh is None else torch.where(fresh[:, None], first, shifted)
 
 
 class Env:
@@ -151,22 +166,31 @@ class Env:
     def _compile_observations(self) -> None:
         """Layouts, and plans that gather each observation from a pool of the sources the
         terms read (sensordata, qpos, ... named fields), side by side in order of first use."""
-        task, m = self.task, self.sim.model
-        slices = sensor_slices(m)
-        dims = {k: s.size for k, s in slices.items()}
-        ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
-        cdim, adim = task.command_dim, self.action_dim
+        task = self.task
         for hook in ("policy_terms", "critic_terms"):
             if not getattr(task, hook)():
                 raise ValueError(f"{type(task).__name__}.{hook}() is empty: the network needs "
                                  "at least one observation term (trot.tasks.ObsTerm)")
-        self.policy_layout = make_layout(task.policy_terms(), dims, cdim, adim)
-        self.critic_layout = make_layout(task.critic_terms(), dims, cdim, adim)
-        terms = task.policy_terms() + task.critic_terms()
-        # the pool: one block per source the terms read, in order of first use; getters
-        # read at every call (backends may replace their tensors)
+        (self.policy_layout, self.critic_layout), self._pool_parts, \
+            (self._policy_plan, self._critic_plan) = self._compile(task.policy_terms(),
+                                                                   task.critic_terms())
+        # the policy sees its last `history` frames, oldest first: obs_dim = history * frame
+        self.history = int(task.config.obs_history)
+        self.frame_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
+        self.obs_dim = self.history * self.frame_dim
+
+    def _compile(self, *term_sets: tuple) -> tuple[list, list, list]:
+        """For each set of terms its layout and plan, over one pool of the sources they
+        read: one block per source, in order of first use; getters read at every call
+        (backends may replace their tensors). Returns (layouts, pool getters, plans)."""
+        m = self.sim.model
+        slices = sensor_slices(m)
+        dims = {k: s.size for k, s in slices.items()}
+        ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
+        layouts = [make_layout(terms, dims, self.task.command_dim, self.action_dim)
+                   for terms in term_sets]
         sources: dict[str, tuple[int, Callable[[], Tensor]]] = {}
-        for t in terms:
+        for t in (t for terms in term_sets for t in terms):
             kind = KINDS[t.kind]
             key = kind.pool(t)
             if key not in sources:
@@ -176,15 +200,27 @@ class Env:
                 raise ValueError(f"observation term {t.name!r}: [start, stop) = "
                                  f"[{t.start}, {t.stop}) is not within the {size} values "
                                  f"of {t.field if kind.named_field else t.kind!r}")
-        sizes = {k: size for k, (size, _) in sources.items()}
-        cols = pool_columns(sizes)
-        self._pool_parts = [get for _, get in sources.values()]
-        self._policy_plan = compile_layout(self.policy_layout, ranges, cols, self.device)
-        self._critic_plan = compile_layout(self.critic_layout, ranges, cols, self.device)
-        # the policy sees its last `history` frames, oldest first: obs_dim = history * frame
-        self.history = int(task.config.obs_history)
-        self.frame_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
-        self.obs_dim = self.history * self.frame_dim
+        cols = pool_columns({k: size for k, (size, _) in sources.items()})
+        plans = [compile_layout(lay, ranges, cols, self.device) for lay in layouts]
+        return layouts, [get for _, get in sources.values()], plans
+
+    def observer(self, terms: tuple) -> tuple[ObsLayout, Callable[[], Tensor]]:
+        """Another set of observation terms (a teacher's, agents/distill.py) read from this
+        env's sim and task state: its layout and a noise-free reader -> [N, D]. A term this
+        env cannot provide (a sensor its model lacks, a source its task does not keep) is
+        a ValueError naming it."""
+        try:
+            (layout,), parts, (plan,) = self._compile(tuple(terms))
+        except (KeyError, AttributeError, ValueError) as e:
+            msg = e.args[0] if e.args else type(e).__name__
+            raise ValueError(f"task {self.name!r} cannot provide these observation terms: "
+                             f"{msg}") from None
+
+        def read() -> Tensor:
+            ps = [get() for get in parts]
+            return build_obs(plan, ps[0] if len(ps) == 1 else torch.cat(ps, dim=1), None)
+
+        return layout, read
 
     def mirrors(self) -> Mirrors:
         """The task's left-right mirror as maps on the policy and critic observations and
@@ -222,16 +258,7 @@ class Env:
         return self.obs
 
     def _stacked(self, prev: Tensor | None, frame: Tensor, fresh: Tensor | None) -> Tensor:
-        """The policy observation [N, K * P] with `frame` [N, P] as its newest: prev [N, K * P]
-        shifted by one frame, or K copies of the frame (the contract's fill rule: a new
-        episode's history is its first frame) where prev is None or fresh [N] is set."""
-        if self.history == 1:
-            return frame
-        first = frame.repeat(1, self.history)  # [N, K * P]
-        if prev is None:
-            return first
-        shifted = torch.cat([prev[:, self.frame_dim:], frame], 1)
-        return shifted if fresh is None else torch.where(fresh[:, None], first, shifted)
+        return stack_history(prev, frame, fresh, self.history)
 
     def _reset_envs(self, mask: Tensor) -> None:
         self.task.episode_end(self.sim, mask)

@@ -4,6 +4,7 @@
     trot sim-bench TASK [--num-envs N]
     trot train TASK [--algo ppo|a2c] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train --resume RUN_DIR
+    trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
     trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
     trot export RUN_DIR [--out DIR]
     trot sim2sim RUN_DIR [--episodes K] [--json]
@@ -113,24 +114,49 @@ def cmd_sim_bench(args: list[str]) -> int:
     return 0
 
 
-def parse_train(args: list[str]):
-    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`."""
+def parse_train(args: list[str], prog: str = "trot train",
+                extra: tuple[tuple[str, type], ...] = ()):
+    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`.
+    extra: (name, frozen dataclass) fields parsed beside it (`--NAME.FIELD V`); with them,
+    returns (TrainConfig, {name: parsed value})."""
     from trot.agents.config import tuned
     from trot.config import TrainConfig
     from trot.tasks.registry import get_task
 
     entry = get_task(args[0])
-    cls = dataclasses.make_dataclass(
-        "TrainConfig", [("env", type(entry.config), dataclasses.field(
-            default_factory=lambda: entry.config))], bases=(TrainConfig,), frozen=True)
-    cls.__doc__ = f"Train {entry.name}: {entry.description}"
+    fields = [("env", type(entry.config), dataclasses.field(
+        default_factory=lambda: entry.config))] + [
+        (name, cls, dataclasses.field(default_factory=cls)) for name, cls in extra]
+    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(TrainConfig,), frozen=True)
+    cls.__doc__ = f"{prog.capitalize()} {entry.name}: {entry.description}"
     budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
     default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
-    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"trot train {entry.name}")
+    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"{prog} {entry.name}")
     if parsed.task != entry.name:
         raise ValueError("give the task as the first argument, not --task")
-    return TrainConfig(**{f.name: getattr(parsed, f.name)
-                          for f in dataclasses.fields(TrainConfig)})
+    cfg = TrainConfig(**{f.name: getattr(parsed, f.name)
+                         for f in dataclasses.fields(TrainConfig)})
+    return (cfg, {name: getattr(parsed, name) for name, _ in extra}) if extra else cfg
+
+
+def cmd_distill(args: list[str]) -> int:
+    """`trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]`: see
+    agents/distill.py."""
+    from trot.agents.distill import DistillSettings, distill
+
+    if len(args) < 2 or args[0] in ("-h", "--help"):
+        print("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] [--max-env-steps "
+              "N] [--minutes M] [--run-dir D] [--agent.FIELD V] [--env.FIELD V] "
+              "[--distill.FIELD V]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every "
+              "flag)")
+        return 0 if args else 2
+    cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
+                             (("distill", DistillSettings),))
+    _, run_dir = distill(cfg, extra["distill"], Path(args[0]))
+    if cfg.export:
+        _export_after_training(run_dir)
+    print(run_dir)
+    return 0
 
 
 def cmd_train(args: list[str]) -> int:
@@ -308,7 +334,7 @@ def cmd_rsl_rl(args: list[str]) -> int:
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
             "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
             "play": cmd_play, "rl-games": cmd_rl_games,
-            "rsl-rl": cmd_rsl_rl}
+            "rsl-rl": cmd_rsl_rl, "distill": cmd_distill}
 
 
 def main(argv: list[str] | None = None) -> int:

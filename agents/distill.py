@@ -26,6 +26,7 @@ teacher and the distillation settings.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,12 @@ from trot.agents.checkpoint import save_checkpoint
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import Acting, ActorCritic, fold, reset_state
 from trot.config import TrainConfig
-from trot.runs import CHECKPOINT, LoadedRun, atomic_write, load_run, new_run_dir, write_config
+from trot.runs import (CHECKPOINT, LoadedRun, atomic_write, load_run, new_run_dir,
+                       raise_budget, read_checkpoint, run_config, write_config)
 from trot.tasks.env import Env, stack_history
 from trot.tasks.registry import make_env
+
+RECORD = "distill.json"  # the teacher and the settings, beside config.json
 
 
 @dataclass(frozen=True)
@@ -188,10 +192,31 @@ class Distiller:
         return {"iteration": self.iteration, "env_steps": self.env_steps, "beta": beta,
                 "distill_loss": float(loss)} | stats
 
+    def state_dict(self) -> dict:
+        """Everything the next iteration reads: a resumed distillation continues bitwise
+        on the cpu backend (tests/test_distill.py)."""
+        t = self.teacher
+        return {"model": self.ac.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "iteration": self.iteration, "env_steps": self.env_steps,
+                "wall_s": self.wall_s, "env": self.env.state_dict(),
+                "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "student_state": self.state, "fresh": self._fresh,
+                "teacher_obs": t.obs, "teacher_state": t.acting.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ac.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration, self.env_steps = state["iteration"], state["env_steps"]
+        self.wall_s = state["wall_s"]
+        self.env.load_state_dict(state["env"])
+        self.gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch_rng"])
+        self.state, self._fresh = state["student_state"], state["fresh"]
+        self.teacher.obs, self.teacher.acting.state = state["teacher_obs"], \
+            state["teacher_state"]
+
     def save(self, run_dir: Path) -> None:
-        save_checkpoint(run_dir / CHECKPOINT, {
-            "model": self.ac.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "iteration": self.iteration, "env_steps": self.env_steps, "wall_s": self.wall_s})
+        save_checkpoint(run_dir / CHECKPOINT, self.state_dict())
 
 
 def distill(cfg: TrainConfig, settings: DistillSettings, teacher_dir: Path,
@@ -201,9 +226,32 @@ def distill(cfg: TrainConfig, settings: DistillSettings, teacher_dir: Path,
     d = Distiller(cfg, settings, Path(teacher_dir))
     run_dir = new_run_dir(cfg)
     write_config(run_dir, cfg)
-    atomic_write(run_dir / "distill.json", lambda p: p.write_text(_record(d, teacher_dir)))
-    logger = RunLogger(run_dir, tensorboard=False)
-    t0 = time.perf_counter()
+    atomic_write(run_dir / RECORD, lambda p: p.write_text(_record(d, teacher_dir)))
+    return _run(d, run_dir, RunLogger(run_dir, tensorboard=False), quiet), run_dir
+
+
+def resume_distill(run_dir: Path, max_env_steps: int | None = None,
+                   minutes: float | None = None, quiet: bool = False) -> Distiller:
+    """Continue the distillation in run_dir from its checkpoint to its budget (raised by
+    max_env_steps or minutes, as `trot train --resume` raises it), bitwise on the cpu
+    backend; its metrics.csv continues without repeats."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RECORD).is_file():
+        raise ValueError(f"{run_dir} is not a `trot distill` run (no {RECORD})")
+    record = json.loads((run_dir / RECORD).read_text())
+    d = Distiller(run_config(run_dir), DistillSettings(**record["settings"]),
+                  Path(record["teacher"]))
+    d.load_state_dict(read_checkpoint(run_dir))
+    d.cfg = raise_budget(run_dir, d.cfg, d.env_steps, d.wall_s, max_env_steps, minutes)
+    logger = RunLogger(run_dir, tensorboard=False, iteration=d.iteration,
+                       env_steps=d.env_steps)
+    return _run(d, run_dir, logger, quiet)
+
+
+def _run(d: Distiller, run_dir: Path, logger: RunLogger, quiet: bool) -> Distiller:
+    """Iterate to the budget (env steps or minutes, the wall-clock summed across resumes),
+    logging each iteration and checkpointing every checkpoint_every and at the end."""
+    cfg, t0 = d.cfg, time.perf_counter() - d.wall_s
     while d.env_steps < cfg.max_env_steps and not (
             cfg.minutes and time.perf_counter() - t0 >= 60 * cfg.minutes):
         m = d.iterate()
@@ -218,12 +266,10 @@ def distill(cfg: TrainConfig, settings: DistillSettings, teacher_dir: Path,
             d.save(run_dir)
     logger.close()
     d.save(run_dir)
-    return d, run_dir
+    return d
 
 
 def _record(d: Distiller, teacher_dir: Path) -> str:
-    import json
-
     return json.dumps({"teacher": str(Path(teacher_dir).resolve()),
                        "teacher_task": d.teacher_task,
                        "teacher_terms": [s.term.name for s in d.teacher.layout.slots],

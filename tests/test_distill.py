@@ -16,7 +16,7 @@ from trot.agents.config import tuned
 from trot.agents.distill import DistillSettings, Teacher, distill
 from trot.agents.evaluate import run_episodes
 from trot.config import TrainConfig
-from trot.runs import load_run
+from trot.runs import load_run, read_checkpoint
 from trot.tasks.registry import get_task, make_env
 
 DOC = REPO / "docs" / "distill.md"
@@ -116,3 +116,35 @@ def test_a_teacher_the_student_env_cannot_serve_is_named(page, tmp_path):
     with pytest.raises(ValueError, match="do not share an action space: actuators"):
         distill(cfg, DistillSettings(), page / "runs" / "teacher", quiet=True)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_resumed_distillation_continues_bitwise(page, tmp_path):
+    """4 iterations straight against 2, `trot distill --resume`, then 2 more: the student,
+    its optimizer and the env end bitwise equal, and metrics.csv has each iteration once.
+    The bugs: a resume that re-draws the mixing coin or restarts the teacher's history."""
+    from trot.agents.distill import resume_distill
+    from trot.cli import main as cli_main
+
+    def cfg(name: str, steps: int) -> TrainConfig:
+        return TrainConfig(task="cartpole-balance-blind", num_envs=16, seed=2,
+                           max_env_steps=steps, checkpoint_every=1000,
+                           env=dataclasses.replace(get_task("cartpole-balance-blind").config,
+                                                   obs_history=4),
+                           run_dir=str(tmp_path / name), export=False)
+
+    settings = DistillSettings(teacher_iterations=3, rollout_steps=8)
+    teacher = page / "runs" / "teacher"
+    distill(cfg("straight", 4 * 8 * 16), settings, teacher, quiet=True)
+    distill(cfg("split", 2 * 8 * 16), settings, teacher, quiet=True)
+    assert cli_main(["distill", "--resume", str(tmp_path / "split"), "--max-env-steps",
+                     str(4 * 8 * 16)]) == 0
+    split, straight = (read_checkpoint(tmp_path / n) for n in ("split", "straight"))
+    assert split["iteration"] == straight["iteration"] == 4
+    for part in ("model", "optimizer", "student_state", "teacher_obs", "teacher_state"):
+        assert str(split[part]) == str(straight[part]), part
+    for k, v in straight["env"]["sim"].items():
+        assert torch.equal(split["env"]["sim"][k], v), k
+    with pytest.raises(ValueError, match="not a `trot distill` run"):
+        resume_distill(page / "runs" / "teacher")
+    rows = (tmp_path / "split" / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(float(r.split(",")[0])) for r in rows] == [1, 2, 3, 4]

@@ -142,17 +142,24 @@ def parse_train(args: list[str], prog: str = "trot train",
 def cmd_distill(args: list[str]) -> int:
     """`trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]`: see
     agents/distill.py."""
-    from trot.agents.distill import DistillSettings, distill
+    from trot.agents.distill import DistillSettings, distill, resume_distill
 
-    if len(args) < 2 or args[0] in ("-h", "--help"):
+    if not args or args[0] in ("-h", "--help") or (len(args) < 2 and args[0][:8] !=
+                                                    "--resume"):
         print("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] [--max-env-steps "
               "N] [--minutes M] [--run-dir D] [--agent.FIELD V] [--env.FIELD V] "
-              "[--distill.FIELD V]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every "
-              "flag)")
-        return 0 if args else 2
-    cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
-                             (("distill", DistillSettings),))
-    _, run_dir = distill(cfg, extra["distill"], Path(args[0]))
+              "[--distill.FIELD V]\n       trot distill --resume RUN_DIR [--max-env-steps N]"
+              " [--minutes M]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every flag)")
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    if args[0].startswith("--resume"):
+        a = tyro.cli(ResumeArgs, args=args, prog="trot distill")
+        d, run_dir = resume_distill(Path(a.resume), a.max_env_steps, a.minutes), \
+            Path(a.resume)
+        cfg = d.cfg
+    else:
+        cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
+                                 (("distill", DistillSettings),))
+        _, run_dir = distill(cfg, extra["distill"], Path(args[0]))
     if cfg.export:
         _export_after_training(run_dir)
     print(run_dir)

@@ -57,10 +57,11 @@ def _box(half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return corners, np.asarray(faces)
 
 
-def _grid(heights: np.ndarray, half_x: float, half_y: float) -> tuple[np.ndarray, np.ndarray]:
-    """A height grid [rows (y), cols (x)] over [-half_x, half_x] x [-half_y, half_y]."""
+def _grid(heights: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray,
+                                                                        np.ndarray]:
+    """A height grid [rows (y), cols (x)] at the coordinates xs [cols] and ys [rows]."""
     rows, cols = heights.shape
-    x, y = np.meshgrid(np.linspace(-half_x, half_x, cols), np.linspace(-half_y, half_y, rows))
+    x, y = np.meshgrid(xs, ys)
     verts = np.column_stack([x.ravel(), y.ravel(), heights.ravel()])
     i, j = np.meshgrid(np.arange(rows - 1), np.arange(cols - 1), indexing="ij")
     p = (i * cols + j).ravel()
@@ -70,13 +71,16 @@ def _grid(heights: np.ndarray, half_x: float, half_y: float) -> tuple[np.ndarray
 
 
 def _hfield(model: mujoco.MjModel, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every k-th sample of heightfield h (and its last row and column), where MuJoCo puts
+    them: sample (i, j) at x = -sx + 2 sx j / (ncol - 1), y = -sy + 2 sy i / (nrow - 1)."""
     rows, cols = int(model.hfield_nrow[h]), int(model.hfield_ncol[h])
     adr = int(model.hfield_adr[h])
     data = np.asarray(model.hfield_data[adr:adr + rows * cols]).reshape(rows, cols)
     k = max(1, -(-max(rows, cols) // MAX_HFIELD_SIDE))
-    data = data[::k, ::k]
+    ri, ci = (np.unique(np.r_[np.arange(0, n, k), n - 1]) for n in (rows, cols))
     sx, sy, top, _ = model.hfield_size[h]
-    return _grid(data * top, sx, sy)
+    return _grid(data[np.ix_(ri, ci)] * top, -sx + 2 * sx * ci / (cols - 1),
+                 -sy + 2 * sy * ri / (rows - 1))
 
 
 def _mesh(model: mujoco.MjModel, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +105,7 @@ def geom_mesh(model: mujoco.MjModel, g: int) -> tuple[np.ndarray, np.ndarray] | 
         return _lathe([(0.0, h), (r, h), (r, -h), (0.0, -h)])
     if t == G.mjGEOM_PLANE:
         hx, hy = (s if s > 0 else PLANE_HALF for s in size[:2])
-        return _grid(np.zeros((2, 2)), hx, hy)
+        return _grid(np.zeros((2, 2)), np.array([-hx, hx]), np.array([-hy, hy]))
     if t == G.mjGEOM_MESH:
         return _mesh(model, int(model.geom_dataid[g]))
     if t == G.mjGEOM_HFIELD:
@@ -135,6 +139,7 @@ class SceneView:
     def __init__(self, server, model: mujoco.MjModel, data: mujoco.MjData,
                  prefix: str = "/mujoco"):
         self.server, self.model, self.prefix = server, model, prefix
+        self.world = server.scene.add_frame(prefix, show_axes=False)  # moved by `follow`
         self.frames: dict[int, object] = {}
         self.meshes: list[object] = []
         mujoco.mj_kinematics(model, data)
@@ -179,11 +184,18 @@ class SceneView:
                 frame.position = np.asarray(data.xpos[b], dtype=float)
                 frame.wxyz = np.asarray(data.xquat[b], dtype=float)
 
-    def set_visible(self, visible: bool) -> None:
-        for h in [*self.frames.values(), *self.meshes]:
-            h.visible = visible
+    def follow(self, xy: np.ndarray | None) -> None:
+        """Shift the whole scene so that the world point xy [2] sits at the origin, where
+        the camera looks (None: the world's own origin). A camera that follows by moving
+        itself would fight the user's orbiting and the page's own camera reports."""
+        shift = (0.0, 0.0) if xy is None else (-float(xy[0]), -float(xy[1]))
+        self.world.position = (*shift, 0.0)
+
+    def show_bodies(self, visible: bool) -> None:
+        """Show or hide everything but the world's own geoms (the robot)."""
+        for frame in self.frames.values():
+            frame.visible = visible
 
     def remove(self) -> None:
-        for h in [*self.meshes, *self.frames.values()]:
-            h.remove()
+        self.world.remove()  # and everything under it
         self.frames, self.meshes = {}, []

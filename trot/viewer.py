@@ -6,7 +6,8 @@ torch-free runner with --onnx, or a task under zero or random actions) at real t
 controls: a slider per command axis within the task's ranges, push, reset, pause, single
 step, speed and, for rough-terrain tasks, the training terrain or the course. The page
 shows the command against the measured velocity, each reward term as a bar, the foot
-contacts and the episode's time and return; the camera follows the robot.
+contacts and the episode's time and return; the camera follows the robot (the scene
+shifts under it, so the user's own orbit is kept).
 
 The simulation loop runs in the calling thread; the page's callbacks (viser's threads)
 only queue work for it, so the env is touched by one thread."""
@@ -49,12 +50,15 @@ class ViewArgs:
     """scene updates per wall-clock second"""
     seed: int = 12345
     """seed for start states, random actions and pushes"""
+    shadows: bool = True
+    """cast shadows (off: faster drawing in a browser without a GPU)"""
 
 
 AXIS_LABELS = {"lin_vel_x": "forward m/s", "lin_vel_y": "sideways m/s",
                "yaw_rate": "yaw rate rad/s"}
-CAMERA_OFFSET = np.array([-2.4, -3.2, 1.4])
-"""where the camera starts, seen from the robot's root, per metre of the root's height"""
+CAMERA_OFFSET = np.array([-2.4, -3.2, 1.6])
+"""where the camera starts, seen from the robot (kept at the origin: SceneView.follow), per
+metre of its root's height"""
 
 
 def make_driver(source: str, a: ViewArgs, course: bool) -> Driver:
@@ -123,16 +127,16 @@ class Viewer:
         self.driver = make_driver(source, a, a.course)
         self.server = viser.ViserServer(host=a.host, port=a.port, verbose=False)
         self.ops: queue.SimpleQueue = queue.SimpleQueue()  # work from the page's callbacks
-        self.paused, self.speed, self.follow = False, a.speed, True
+        self.paused, self.speed = False, a.speed
         self.stop = threading.Event()
         self._anchor: tuple[float, float] | None = None  # (wall s, sim s) of real time
         self.sim_seconds = 0.0  # simulated since the start, over episodes
+        self.server.scene.configure_default_lights(True, cast_shadow=a.shadows)
         self.scene = SceneView(self.server, self.driver.model, self.driver.draw())
-        self._cameras: dict[int, np.ndarray] = {}  # client id -> root position it follows
         self._controls()
-        root = self._root()
-        self.server.initial_camera.look_at = root
-        self.server.initial_camera.position = self._camera_at(root)
+        height = max(0.3, float(self._root()[2]))  # the camera sits further from a taller robot
+        self.server.initial_camera.look_at = (0.0, 0.0, 0.6 * height)
+        self.server.initial_camera.position = CAMERA_OFFSET * height
 
     @property
     def address(self) -> str:
@@ -192,41 +196,10 @@ class Viewer:
             self._command()
         self.scene.remove()
         self.scene = SceneView(self.server, self.driver.model, self.driver.draw())
-        self._cameras.clear()
-
-    def _camera_at(self, root: np.ndarray) -> np.ndarray:
-        """Where a camera looking at the robot's root sits: behind and above it, further
-        for a taller robot."""
-        return root + CAMERA_OFFSET * max(0.3, float(root[2]))
-
-    def _place_camera(self, client) -> None:
-        root = self._root()
-        with client.atomic():
-            client.camera.look_at = root
-            client.camera.position = self._camera_at(root)
-        self._cameras[client.client_id] = root
 
     def _root(self) -> np.ndarray:
         d = self.driver
         return np.asarray(d.data.xpos[root_body(d.model)], dtype=float).copy()
-
-    def _follow(self) -> None:
-        """Move each client's camera with the robot's root, keeping the user's view of it."""
-        if not self.follow_box.value:
-            self._cameras.clear()
-            return
-        root = self._root()
-        for cid, client in self.server.get_clients().items():
-            last = self._cameras.get(cid)
-            if last is None:  # a new page, once it has reported its own camera
-                if client.camera.update_timestamp:
-                    self._place_camera(client)
-                continue
-            delta = root - last
-            with client.atomic():
-                client.camera.look_at = client.camera.look_at + delta
-                client.camera.position = client.camera.position + delta
-            self._cameras[cid] = root
 
     # ------------------------------------------------------------------ the loop
     def _step(self) -> None:
@@ -252,7 +225,7 @@ class Viewer:
 
     def _draw(self, now: float, last_text: float) -> float:
         self.scene.update(self.driver.draw())
-        self._follow()
+        self.scene.follow(self._root()[:2] if self.follow_box.value else None)
         if now - last_text >= 0.2:
             self.readout.content = readout_html(self.driver.readout)
             return now

@@ -132,11 +132,12 @@ def test_walker_readout_measures_the_base_and_push_kicks_like_training():
     assert not kick[2:].any()
 
 
-def test_run_checkpoint_drives_without_pushes_or_randomization(tmp_path):
+def test_run_checkpoint_drives_without_pushes_or_randomization(tmp_path, capsys):
     """`trot view RUN_DIR`: the run's checkpoint acts on the cpu sim with the watching
-    changes applied over the run's own config (which keeps pushes and randomization on).
-    The bug: load_run dropping the changes, so random pushes and new masses at every reset
-    show in the viewer, or the viewer driving zeros instead of the policy."""
+    changes applied over the run's own config (which keeps pushes and randomization on),
+    and the command serves it. The bug: load_run dropping the changes, so random pushes
+    and new masses at every reset show in the viewer, or the viewer driving zeros instead
+    of the policy."""
     from trot.agents.config import PPOConfig
     from trot.agents.trainer import start_run
     from trot.config import TrainConfig
@@ -156,6 +157,14 @@ def test_run_checkpoint_drives_without_pushes_or_randomization(tmp_path):
     d.step()
     assert d.env.last_action.abs().sum() > 0  # the policy's action, not zeros
     assert not torch.equal(d.obs.policy, obs)
+    from extras import need
+
+    need("viser")
+    port = _free_port()
+    assert cli_main(["view", str(run_dir), "--seconds", "0.2", "--speed", "0", "--host",
+                     "127.0.0.1", "--port", str(port)]) == 0
+    out = capsys.readouterr().out
+    assert f"trot view: go1-flat at http://127.0.0.1:{port}" in out and "simulated 0.20 s" in out
 
 
 def _free_port() -> int:

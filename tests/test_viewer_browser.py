@@ -70,7 +70,7 @@ def page(viewer):
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-              "--window-size=1000,760", "--use-angle=swiftshader",
+              "--window-size=1000,900", "--use-angle=swiftshader",
               "--enable-unsafe-swiftshader"):  # WebGL in software: no GPU here
         opts.add_argument(a)
     browser = webdriver.Chrome(service=Service(driver), options=opts)
@@ -129,6 +129,7 @@ def _keys(browser, thumb, *keys) -> None:
 
     browser.execute_script("arguments[0].focus()", thumb)
     ActionChains(browser).send_keys(*keys).perform()
+    browser.execute_script("arguments[0].blur()", thumb)  # no value label left over it
 
 
 def _button(browser, label: str):

@@ -234,7 +234,7 @@ class Viewer:
     def run(self) -> None:
         """Step and draw until `stop` is set or --seconds of simulated time have passed."""
         frame, last_frame, last_text = 1.0 / self.args.fps, 0.0, 0.0
-        limit = self.args.seconds or float("inf")
+        limit = (self.args.seconds or float("inf")) - 1e-9  # 10 x 0.02 is 0.19999...
         while not self.stop.is_set() and self.sim_seconds < limit:
             while not self.ops.empty():
                 self.ops.get()()

@@ -16,8 +16,8 @@ VISIBLE_GROUPS = 3
 MAX_HFIELD_SIDE = 400
 """a heightfield is drawn with at most this many samples a side (every k-th sample): a
 58 m training terrain at 5 cm would be 1.3 M vertices, too many for a browser"""
-PLANE_HALF = 25.0
-"""m: half-side of a plane whose MJCF size is 0 (infinite)"""
+PLANE_HALF = 100.0
+"""m: half-side of a plane whose MJCF size is 0 (infinite), and of the lines drawn on it"""
 
 G = mujoco.mjtGeom
 
@@ -166,7 +166,8 @@ class SceneView:
             name, pos, quat = f"{self.prefix}/b{b}/g{g}", m.geom_pos[g], m.geom_quat[g]
         if int(m.geom_type[g]) == G.mjGEOM_PLANE:  # lines on a floor show the robot moving
             self.meshes.append(self.server.scene.add_grid(
-                f"{name}_grid", plane="xy", infinite_grid=True, cell_size=0.5,
+                f"{name}_grid", plane="xy", width=2 * PLANE_HALF, height=2 * PLANE_HALF,
+                cell_size=0.5, fade_distance=30.0,
                 section_size=2.0, position=tuple(float(x) for x in pos + 0.002 * (
                     data.geom_xmat[g].reshape(3, 3)[:, 2] if b == 0 else 0.0)),
                 wxyz=tuple(float(x) for x in quat)))
@@ -184,12 +185,14 @@ class SceneView:
                 frame.position = np.asarray(data.xpos[b], dtype=float)
                 frame.wxyz = np.asarray(data.xquat[b], dtype=float)
 
-    def follow(self, xy: np.ndarray | None) -> None:
-        """Shift the whole scene so that the world point xy [2] sits at the origin, where
-        the camera looks (None: the world's own origin). A camera that follows by moving
-        itself would fight the user's orbiting and the page's own camera reports."""
-        shift = (0.0, 0.0) if xy is None else (-float(xy[0]), -float(xy[1]))
-        self.world.position = (*shift, 0.0)
+    def follow(self, point: np.ndarray | None, to: np.ndarray | None = None) -> None:
+        """Shift the whole scene so that the world point [3] sits at `to` [3] (default the
+        origin), where the camera looks; None: the world's own place. A camera that
+        follows by moving itself would fight the user's orbiting and the page's own
+        camera reports."""
+        target = np.zeros(3) if to is None else np.asarray(to, dtype=float)
+        shift = np.zeros(3) if point is None else target - np.asarray(point, dtype=float)
+        self.world.position = tuple(float(x) for x in shift)
 
     def show_bodies(self, visible: bool) -> None:
         """Show or hide everything but the world's own geoms (the robot)."""

@@ -56,7 +56,7 @@ class ViewArgs:
 
 AXIS_LABELS = {"lin_vel_x": "forward m/s", "lin_vel_y": "sideways m/s",
                "yaw_rate": "yaw rate rad/s"}
-CAMERA_OFFSET = np.array([-2.4, -3.2, 1.6])
+CAMERA_OFFSET = np.array([-3.0, -4.0, 2.0])
 """where the camera starts, seen from the robot (kept at the origin: SceneView.follow), per
 metre of its root's height"""
 
@@ -94,6 +94,11 @@ def readout_html(r: Readout) -> str:
             rows.append(f"<tr><td>{html.escape(AXIS_LABELS.get(k, k))}</td>"
                         f"<td>{num(f'cmd-{k}', v)}</td><td>{meas}</td></tr>")
         rows.append("</table>")
+    if r.contacts:
+        feet = " ".join(f'<span id="trot-contact-{html.escape(k)}">'
+                        f'{"&#9679;" if on else "&#9675;"} {html.escape(k)}</span>'
+                        for k, on in r.contacts.items())
+        rows.append(f"<div>contacts: {feet}</div>")
     if r.terms:
         top = max(1e-9, max(abs(v) for v in r.terms.values()))
         rows.append("<div>reward terms (this step)</div>")
@@ -106,11 +111,6 @@ def readout_html(r: Readout) -> str:
                 f'<span style="width:40%;background:#eee;height:8px"><span style="display:'
                 f'block;height:8px;width:{width}%;background:{color}"></span></span>'
                 f'{num(f"term-{k}", v, 4)}</div>')
-    if r.contacts:
-        feet = " ".join(f'<span id="trot-contact-{html.escape(k)}">'
-                        f'{"&#9679;" if on else "&#9675;"} {html.escape(k)}</span>'
-                        for k, on in r.contacts.items())
-        rows.append(f"<div>contacts: {feet}</div>")
     return '<div id="trot-readout" style="font-family:monospace;font-size:12px">' + \
         "".join(rows) + "</div>"
 
@@ -134,9 +134,11 @@ class Viewer:
         self.server.scene.configure_default_lights(True, cast_shadow=a.shadows)
         self.scene = SceneView(self.server, self.driver.model, self.driver.draw())
         self._controls()
-        height = max(0.3, float(self._root()[2]))  # the camera sits further from a taller robot
-        self.server.initial_camera.look_at = (0.0, 0.0, 0.6 * height)
-        self.server.initial_camera.position = CAMERA_OFFSET * height
+        # the robot's root is kept at (0, 0, its start height); the camera sits further
+        # from a taller robot
+        self.height = max(0.3, float(self._root()[2]))
+        self.server.initial_camera.look_at = (0.0, 0.0, 0.6 * self.height)
+        self.server.initial_camera.position = CAMERA_OFFSET * self.height
 
     @property
     def address(self) -> str:
@@ -225,7 +227,8 @@ class Viewer:
 
     def _draw(self, now: float, last_text: float) -> float:
         self.scene.update(self.driver.draw())
-        self.scene.follow(self._root()[:2] if self.follow_box.value else None)
+        self.scene.follow(self._root() if self.follow_box.value else None,
+                          (0.0, 0.0, self.height))
         if now - last_text >= 0.2:
             self.readout.content = readout_html(self.driver.readout)
             return now

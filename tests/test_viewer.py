@@ -81,16 +81,23 @@ def test_heightfield_mesh_is_the_ground_mujoco_collides_with():
 @pytest.mark.parametrize("task", ["go1-flat", "g1-flat", "go1-rough"])
 def test_driver_holds_the_sliders_command_through_episodes(task):
     """Random actions until an episode has ended (each robot falls within seconds): the
-    task's command is the sliders' at every step, the new episode's too, and its clock and
-    return restart. The readout names the task's reward terms and feet. The bugs: a reset
-    or the 10 s resampling drawing a command the sliders no longer set, a heading
-    controller steering the yaw rate, episode time running on across episodes."""
+    task's command is the sliders' at every step, the new episode's too, in the task and in
+    the observation the policy acts on, and the clock and return restart. The readout
+    names the task's reward terms and feet. The bugs: a reset drawing a command the
+    sliders no longer set, the policy acting on the frame Env.step
+    built with the drawn command, a heading controller steering the yaw rate, episode time
+    running on across episodes."""
     d = task_driver(task, "random", 0)
     want = [0.4, -0.1, 0.2]
     d.set_command(want)
     assert d.task.config.push is False and d.task.config.randomize is False
+    col = next(t for t in d.env.policy_layout.to_json() if t["source"]["kind"] == "command")
+    seen = slice(d.obs.policy.shape[1] - d.env.frame_dim + col["start"], None)
     times = []
     for _ in range(600):
+        d._hold()  # as step() does first: what the policy acts on
+        policy_sees = d.obs.policy[0, seen][:3] / col["scale"] + torch.tensor(col["offset"])
+        assert policy_sees.tolist() == pytest.approx(want, abs=1e-6)
         d.step()
         assert d.task.command[0].tolist() == pytest.approx(want)
         times.append(d.readout.time)

@@ -144,6 +144,14 @@ class EnvDriver(Driver):
         self.control_dt = float(env.control_dt)
         self.reset()
 
+    def _hold(self) -> None:
+        """The command, and the policy's newest observation frame rebuilt with it: the
+        frame Env.step built holds the command before (a new episode's: a drawn one)."""
+        super()._hold()
+        if self.command is not None and getattr(self, "obs", None) is not None:
+            frame = self.env.observe().policy  # noise is off: no draws
+            self.obs.policy[:, -frame.shape[1]:] = frame
+
     def _start(self) -> None:
         self.obs = self.env.reset()
         if self.ended is not None:

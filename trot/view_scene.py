@@ -89,28 +89,33 @@ def _mesh(model: mujoco.MjModel, m: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(model.mesh_vert[v0:v0 + nv]), np.asarray(model.mesh_face[f0:f0 + nf])
 
 
+def _plane(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    hx, hy = (s if s > 0 else PLANE_HALF for s in size[:2])
+    return _grid(np.zeros((2, 2)), np.array([-hx, hx]), np.array([-hy, hy]))
+
+
+SHAPES = {  # geom type -> (model, geom, size) -> (vertices, faces) in the geom's frame
+    G.mjGEOM_BOX: lambda m, g, size: _box(size),
+    G.mjGEOM_SPHERE: lambda m, g, size: _scaled(_lathe(_sphere_profile(1.0)), size[0]),
+    G.mjGEOM_ELLIPSOID: lambda m, g, size: _scaled(_lathe(_sphere_profile(1.0)), size),
+    G.mjGEOM_CAPSULE: lambda m, g, size: _lathe(_sphere_profile(size[0], lift=size[1])),
+    G.mjGEOM_CYLINDER: lambda m, g, size: _lathe([(0.0, size[1]), (size[0], size[1]),
+                                                 (size[0], -size[1]), (0.0, -size[1])]),
+    G.mjGEOM_PLANE: lambda m, g, size: _plane(size),
+    G.mjGEOM_MESH: lambda m, g, size: _mesh(m, int(m.geom_dataid[g])),
+    G.mjGEOM_HFIELD: lambda m, g, size: _hfield(m, int(m.geom_dataid[g])),
+}
+
+
+def _scaled(mesh: tuple[np.ndarray, np.ndarray], scale) -> tuple[np.ndarray, np.ndarray]:
+    return mesh[0] * scale, mesh[1]
+
+
 def geom_mesh(model: mujoco.MjModel, g: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(vertices [V, 3], faces [F, 3]) of geom g in its own frame, or None for a type that
     is not drawn (SDF, lines)."""
-    t, size = int(model.geom_type[g]), np.asarray(model.geom_size[g], dtype=float)
-    if t == G.mjGEOM_BOX:
-        return _box(size)
-    if t in (G.mjGEOM_SPHERE, G.mjGEOM_ELLIPSOID):
-        v, f = _lathe(_sphere_profile(1.0))
-        return v * (size if t == G.mjGEOM_ELLIPSOID else size[0]), f
-    if t == G.mjGEOM_CAPSULE:
-        return _lathe(_sphere_profile(size[0], lift=size[1]))
-    if t == G.mjGEOM_CYLINDER:
-        r, h = size[0], size[1]
-        return _lathe([(0.0, h), (r, h), (r, -h), (0.0, -h)])
-    if t == G.mjGEOM_PLANE:
-        hx, hy = (s if s > 0 else PLANE_HALF for s in size[:2])
-        return _grid(np.zeros((2, 2)), np.array([-hx, hx]), np.array([-hy, hy]))
-    if t == G.mjGEOM_MESH:
-        return _mesh(model, int(model.geom_dataid[g]))
-    if t == G.mjGEOM_HFIELD:
-        return _hfield(model, int(model.geom_dataid[g]))
-    return None
+    shape = SHAPES.get(int(model.geom_type[g]))
+    return None if shape is None else shape(model, g, np.asarray(model.geom_size[g], float))
 
 
 def geom_color(model: mujoco.MjModel, g: int) -> tuple[tuple[int, int, int], float]:

@@ -17,6 +17,8 @@ EXTRA_OF = {  # import name -> pyproject extra that brings it
     "onnxscript": "export",
     "imageio_ffmpeg": "video",
     "PIL": "video",
+    "viser": "viewer",
+    "selenium": "test",
 }
 
 

@@ -239,3 +239,37 @@ def test_terrain_md_shell_commands_run_as_printed(tmp_path):
     (export / "course.bin").unlink()
     with pytest.raises(ContractError, match="missing course.bin"):
         OnnxPolicy(export)
+
+
+def test_viewer_md_commands_run_as_printed(tmp_path):
+    """docs/viewer.md's commands from a folder holding docs/tasks.md's files and the
+    committed walker export, each with `--seconds 0.5 --speed 0` added (the page says so:
+    a viewer runs until Ctrl-C) and a free port: the walker through --onnx, go1-rough under
+    random actions, g1-flat and the user's own task through --tasks. Each prints the
+    address it serves and simulates its half second. The bugs: a documented flag or source
+    the command refuses, a user task the viewer cannot find."""
+    import socket
+
+    from extras import need
+
+    need("viser")
+    _write_user_files(tmp_path)
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    (tmp_path / "tests" / "data" / "go1_walker").symlink_to(REPO / "tests" / "data" /
+                                                            "go1_walker")
+    lines = _shell_lines(REPO / "docs" / "viewer.md")
+    assert [shlex.split(ln)[2:3] for ln in lines] == [
+        ["tests/data/go1_walker"], ["go1-rough"], ["g1-flat"], ["my-quadruped-flat"]]
+    for line in lines:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        argv = [*shlex.split(line), "--seconds", "0.5", "--speed", "0", "--host", "127.0.0.1",
+                "--port", str(port)]
+        p = subprocess.run([sys.executable, "-m", "trot", *argv[1:]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300, check=False)
+        assert p.returncode == 0, f"{line}\n{p.stdout[-1500:]}\n{p.stderr[-3000:]}"
+        task = "go1-flat" if "--onnx" in argv else argv[2]
+        assert f"trot view: {task} at http://127.0.0.1:{port} (stops after 0.5 s simulated)" \
+            in p.stdout, p.stdout
+        assert "simulated 0.50 s" in p.stdout, p.stdout

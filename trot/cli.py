@@ -9,6 +9,7 @@
     trot export RUN_DIR [--out DIR]
     trot sim2sim RUN_DIR [--episodes K] [--json]
     trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K] [--sim cpu|mjx]
+    trot view RUN_DIR|TASK [--onnx] [--speed X] [--port P]
     trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
     trot rsl-rl TASK [--num-envs N] [--max-iterations K] [--seed S] [--run-dir D]
 
@@ -324,6 +325,13 @@ def cmd_play(args: list[str]) -> int:
     return play_main(args)
 
 
+def cmd_view(args: list[str]) -> int:
+    """`trot view RUN_DIR|TASK [--onnx] [--speed X]`: see trot/viewer.py."""
+    from trot.viewer import main as view_main  # imports viser (the `viewer` extra)
+
+    return view_main(args)
+
+
 def cmd_rl_games(args: list[str]) -> int:
     """`trot rl-games TASK [--num-envs N] [--max-epochs E]`: see trot/rlgames.py."""
     from trot.rlgames import main as rl_games_main
@@ -340,7 +348,7 @@ def cmd_rsl_rl(args: list[str]) -> int:
 
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
             "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
-            "play": cmd_play, "rl-games": cmd_rl_games,
+            "play": cmd_play, "view": cmd_view, "rl-games": cmd_rl_games,
             "rsl-rl": cmd_rsl_rl, "distill": cmd_distill}
 
 

@@ -169,16 +169,18 @@ class LoadedRun:
 
 
 def load_run(run_dir: Path, num_envs: int, seed: int = 12345, device: str = "cpu",
-             sim: str | None = None, course: bool = False) -> LoadedRun:
+             sim: str | None = None, course: bool = False,
+             changes: dict | None = None) -> LoadedRun:
     """A run's config and checkpoint, with a fresh noise-free env of num_envs.
     sim: the physics backend of that env (default: the run's own, `cfg.sim`); course: on
-    the task's fixed terrain course (`course_changes`)."""
+    the task's fixed terrain course (`course_changes`); changes: task config fields to
+    replace (`trot view`: no pushes, no randomization)."""
     state = read_checkpoint(run_dir, map_location=device)
     cfg = load_json(Path(run_dir) / CONFIG)
     task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
-    changes = course_changes(cfg.task, task_cfg) if course else {}
+    changes = (changes or {}) | (course_changes(cfg.task, task_cfg) if course else {})
     env = make_env(cfg.task, num_envs, cfg.sim if sim is None else sim, device, seed,
-                   dataclasses.replace(task_cfg, obs_noise=False, **changes))
+                   dataclasses.replace(task_cfg, **({"obs_noise": False} | changes)))
     ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
     ac.load_state_dict(state["model"])
     return LoadedRun(cfg, state, env, ac.to(device).eval())

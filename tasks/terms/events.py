@@ -83,11 +83,16 @@ class Push(Term):
         due = self.timer >= self.at
         self.timer.masked_fill_(due, 0)
         self.at.copy_(torch.where(due, self._interval(body, gen), self.at))
+        self.kick(body, due, gen)
+
+    def kick(self, body: Body, mask: Tensor, gen: torch.Generator) -> None:
+        """Kick the envs where mask [N] is set now (a draw for every env: a fixed stream);
+        `trot view`'s push button calls this too."""
         kick = body.config.push_velocity * (2 * torch.rand(body.n, 2, generator=gen,
                                                            device=body.device) - 1)
         dqvel = torch.zeros_like(body.sim.qvel)
         dqvel[:, :2] = kick
-        body.sim.kick(due, dqvel)
+        body.sim.kick(mask, dqvel)
 
 
 class Latency(Term):

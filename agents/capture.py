@@ -22,7 +22,7 @@ Settings:
 "auto" does not pick reduce-overhead: a CUDA graph's outputs are overwritten by its next
 replay, and the env keeps a step's observation into the next (history stacking, the
 rollout's obs), so every kept output would need a copy; that trade is for a GPU window to
-measure (docs/benchmarks.md).
+measure (docs/benchmarks.md, "GPU").
 """
 
 from __future__ import annotations

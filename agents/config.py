@@ -83,7 +83,7 @@ class PPOConfig:
     """precision of the update's forward passes (actor and critic under autocast; weights,
     Adam, gradients' accumulation, losses, the rollout and acting stay float32). bfloat16
     cut go2-flat's update from 0.75 to 0.42 s per iteration on a CPU with AVX512-BF16
-    (docs/benchmarks.md); auto: bfloat16 where the CPU (AVX512-BF16, AMX) or GPU has it
+    (docs/journal/go2.md); auto: bfloat16 where the CPU (AVX512-BF16, AMX) or GPU has it
     natively, else float32"""
 
     def as_a2c(self) -> "PPOConfig":

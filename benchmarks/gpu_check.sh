@@ -4,7 +4,7 @@
 # in priority order, each step under its own timeout and only if the clock leaves it room,
 # and writes 6 files under $OUT (default /tmp/trot-gpu-check), appending each result as
 # soon as it is measured, so that a timeout loses nothing:
-#   gpu_check.log  everything printed      results.md  the table for docs/benchmarks.md
+#   gpu_check.log  everything printed      results.md  rows for docs/benchmarks.md, "GPU"
 #   pytest.log     the mjx tests on CUDA   probe.txt   the probe's stages
 #   curve_cpu.csv, curve_mjx.csv           the two training runs' evals
 #

@@ -33,7 +33,7 @@ VARIANTS = {  # name: (agent changes, env changes)
     "mlp": ({}, {}),
     # the GRU's 32 units carry the features: a (32,) head after them balanced 98.3% of
     # the maximum, the registered (64, 64) head 88.4% (medians of 3 seeds,
-    # docs/benchmarks.md)
+    # docs/journal/memory.md)
     "gru": ({"rnn": "gru", "actor_hidden": (32,)}, {}),
     "history4": ({}, {"obs_history": 4}),
 }

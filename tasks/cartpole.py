@@ -142,7 +142,7 @@ register("cartpole-balance", Cartpole, BALANCE,
 # blind: the start velocities are wide (U(-1, 1)), so that what the pole does next
 # depends on a velocity the policy must infer from successive positions. The actor has two
 # layers of 64: with one of 32, a 4-frame history balanced 92.8% of the maximum (median of
-# 3 seeds) against 97.9% (docs/benchmarks.md, "Memory on a blind cartpole")
+# 3 seeds) against 97.9% (docs/journal/memory.md, "Memory on a blind cartpole")
 register("cartpole-balance-blind", Cartpole, replace(BALANCE, blind=True, init_vel_noise=1.0),
          "cartpole-balance whose policy sees no velocities, started with velocities up to "
          "1: it needs memory (--agent.rnn gru or --env.obs-history 4)",

@@ -30,10 +30,10 @@ G1_FLAT = Velocity(
     ))
 
 # The Go1's learner. unitree_rl_gym's G1 entropy 0.01 and initial std 0.8 (tried first,
-# docs/benchmarks.md) let the std grow to ~200 behind the action clip: a bang-bang policy
+# docs/journal/g1.md) let the std grow to ~200 behind the action clip: a bang-bang policy
 # whose means reached 1,700 (entropy is free where every action is clipped anyway).
 # With symmetry augmentation it met every goal of its benchmark in 120 minutes (64.8 M env
-# steps; falls 3.9%), where without it the falls stayed at 5.5% (docs/benchmarks.md).
+# steps; falls 3.9%), where without it the falls stayed at 5.5% (docs/journal/g1.md).
 G1_AGENT = dict(GO1_AGENT, symmetry="augment")
 
 register(

@@ -44,12 +44,13 @@ GO1_AGENT = dict(rollout_steps=24, epochs=5, minibatches=4, learning_rate=1e-3, 
                  actor_hidden=(256, 128, 64), critic_hidden=(256, 128, 64), activation="elu")
 
 # legged_gym's flat-terrain network size: with the clock it walks within go1-flat's goals
-# at 0.62-0.74 of the env loop's speed, where 256-128-64 trained at 0.51-0.59 (docs/benchmarks.md,
-# "Smaller networks with the clock")
+# at 0.62-0.74 of the env loop's speed, where 256-128-64 trained at 0.51-0.59
+# (docs/journal/learning-go1.md, "Smaller networks with the clock")
 GO1_FLAT_AGENT = GO1_AGENT | dict(actor_hidden=(128, 64, 32), critic_hidden=(128, 64, 32))
 
-# the policy sees its last 4 observation frames and a trotting clock: docs/benchmarks.md
-# ("Go1 walking in minutes") measured each walking in fewer env steps than without
+# the policy sees its last 4 observation frames and a trotting clock: each walked in fewer
+# env steps than without (docs/journal/go1-before-clock.md, the history, and
+# docs/journal/learning-go1.md, "Go1 walking in minutes", the clock)
 register(
     "go1-flat", GO1_FLAT, GO1_FLAT.defaults(),
     "Unitree Go1 (trot's MJCF) trots to planar velocity and yaw rate commands on flat "
@@ -64,9 +65,9 @@ register(
     "terms); the Go1 of the earlier benchmarks", agent=GO1_AGENT, budget=30_000_000)
 
 # go1-rough before the clock (legged_gym's feet air time) stood still for 75 minutes of
-# training; with the clock and the stiffer terrain contact it trots (docs/benchmarks.md).
+# training; with the clock and the stiffer terrain contact it trots (docs/journal/rough-terrain.md).
 # It keeps 256-128-64: 128-64-32 trained 1.19x faster here but held the course's stairs
-# less steadily (docs/benchmarks.md, "Smaller networks on rough terrain")
+# less steadily (docs/journal/rough-terrain.md, "Smaller networks on rough terrain")
 register(
     "go1-rough", GO1_ROUGH, GO1_ROUGH.defaults(),
     "the Go1 trots on generated rough terrain (slopes, stairs, rough ground, obstacles) "

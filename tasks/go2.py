@@ -20,5 +20,5 @@ register("go2-flat", GO2_FLAT, GO2_FLAT.defaults(),
          "a Go2-class quadruped (trot's MJCF, no sensors of its own) tracks velocity commands "
          "up to 0.5 m/s on flat ground through the generic legged task",
          # bf16 update products where the CPU or GPU has them: 20% more env-steps/s, and
-         # the 20-minute goal met with it (docs/benchmarks.md)
+         # the 20-minute goal met with it (docs/benchmarks.md, "Learning")
          agent=GO1_AGENT | dict(update_dtype="auto"), budget=20_000_000)

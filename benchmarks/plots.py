@@ -1,0 +1,207 @@
+"""Every plot of docs/benchmarks.md and docs/journal/, drawn from the CSVs in docs/data/.
+
+    python benchmarks/plots.py                        # all of them, into docs/img/
+    python benchmarks/plots.py --only ant_peers --out-dir /tmp/img
+    python benchmarks/plots.py --list
+
+Each plot NAME writes NAME.png and, beside it, NAME.csv: the series the picture draws, one
+row per point (curve, panel, x, median, low, high, runs), so that a reader or a test can
+check a picture against its sources.
+
+Several CSVs in one curve are seeds of one configuration. Their evaluations fall at
+different env steps, so each seed is interpolated linearly onto the union of the seeds'
+env steps, within the range every seed reached (no extrapolation); the curve is the median
+over seeds and the band runs from the lowest seed to the highest. A curve of one CSV is
+drawn as logged. The peers' Ant-v5 curves use benchmarks/compare_ant.py's reading of its
+CSVs: the episode-weighted mean return of the 10 s up to each logged row, the quantity its
+table reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import compare_ant  # its reading of the peers' CSVs, not a copy of it
+
+X_AXES = {"env_steps": ("env steps (M)", 1e-6), "wall_s": ("training wall-clock (min)", 1 / 60)}
+FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str
+    csvs: tuple[str, ...]  # relative to the repository root; several: seeds
+    stack: str | None = None  # a compare_ant stack: read as its table reads it
+
+
+@dataclass(frozen=True)
+class Panel:
+    column: str
+    label: str
+    goal: float | None = None  # drawn as a dashed line
+    x: str = "env_steps"
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str
+    title: str
+    curves: tuple[Curve, ...]
+    panels: tuple[Panel, ...]
+
+
+def _seeds(stem: str, n: int = 3) -> tuple[str, ...]:
+    return tuple(f"docs/data/{stem}_seed{k}.csv" for k in range(n))
+
+
+TRACKING = Panel("lin_vel_error", "lin-vel tracking error (m/s)", 0.20)
+FALLS = Panel("fall_rate", "fall rate", 0.02)
+PLOTS = (
+    Plot("go1_flat", "go1-flat, registered settings: median and range over 3 seeds",
+         (Curve("3 seeds, 2026-12-03", _seeds("go1_after_fixes")),
+          Curve("seed 0, 2026-12-04", ("docs/data/go1_randomize_first_seed0.csv",))),
+         (TRACKING, FALLS)),
+    Plot("go1_flat_history", "go1-flat, one configuration after another: median over 3 seeds",
+         (Curve("no clock (go1-flat-airtime)", _seeds("go1_seeds")),
+          Curve("clock, 256-128-64", _seeds("go1_trot_seeds")),
+          Curve("clock, 128-64-32", _seeds("go1_screen_small_clock")),
+          Curve("clock, 128-64-32, after the fixes", _seeds("go1_after_fixes"))),
+         (TRACKING, FALLS)),
+    Plot("go2_flat", "go2-flat, seed 0",
+         (Curve("bf16 update (registered)", ("docs/data/go2_curve_bf16.csv",)),
+          Curve("float32 update", ("docs/data/go2_curve.csv",))),
+         (Panel("lin_vel_error", "lin-vel tracking error (m/s)", 0.25),
+          Panel("fall_rate", "fall rate", 0.10))),
+    Plot("go1_rough", "go1-rough, registered settings (heading commands), seed 0",
+         (Curve("go1-rough", ("docs/data/go1_rough_curve_heading.csv",)),),
+         (Panel("terrain_level", "mean terrain level (of 7)", 3.5),
+          Panel("crossed_stairs_up", "course: stairs up crossed", 0.8),
+          Panel("lin_vel_error", "lin-vel tracking error (m/s)"))),
+    Plot("g1_flat", "g1-flat, seed 0",
+         (Curve("symmetry augmentation (registered)", ("docs/data/g1_curve_symmetry.csv",)),
+          Curve("no symmetry (attempt 3)", ("docs/data/g1_curve.csv",))),
+         (Panel("lin_vel_error", "lin-vel tracking error (m/s)", 0.25),
+          Panel("fall_rate", "fall rate", 0.05),
+          Panel("gait_swing_height", "swing height (m)", 0.05))),
+    Plot("ant_peers", "Ant-v5, 12 minutes of training each, one seed",
+         (Curve("trot", ("docs/data/ant_trot_metrics.csv",), stack="trot"),
+          Curve("rl_games + envpool", ("docs/data/ant_rlgames.csv",), stack="rlgames"),
+          Curve("SB3 PPO", ("docs/data/ant_sb3.csv",), stack="sb3")),
+         (Panel("return", "training return (10 s mean)", x="wall_s"),
+          Panel("return", "training return (10 s mean)", x="env_steps"))),
+)
+
+
+def read_run(path: Path, stack: str | None = None) -> dict[str, np.ndarray]:
+    """One CSV's columns as float arrays; a peers' stack as compare_ant's table reads it."""
+    if stack is not None:
+        rows = compare_ant.read_rows(path, stack)
+        kept = [(w, s, compare_ant.return_at(rows, w)) for w, s, _, _ in rows]
+        kept = [k for k in kept if k[2] is not None]
+        return dict(zip(("wall_s", "env_steps", "return"), np.array(kept, float).T))
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) if r[k].strip() else np.nan for r in rows])
+            for k in rows[0]}
+
+
+def band(runs: list[tuple[np.ndarray, np.ndarray]]):
+    """(x, median, low, high) over runs given as (x, y), on the x every run reached."""
+    runs = [(x[np.isfinite(y)], y[np.isfinite(y)]) for x, y in runs]
+    runs = [(x[np.argsort(x)], y[np.argsort(x)]) for x, y in runs]
+    if len(runs) == 1:
+        x, y = runs[0]
+        return x, y, y, y
+    lo, hi = max(x[0] for x, _ in runs), min(x[-1] for x, _ in runs)
+    grid = np.unique(np.concatenate([x for x, _ in runs]))
+    grid = grid[(grid >= lo) & (grid <= hi)]
+    ys = np.stack([np.interp(grid, x, y) for x, y in runs])
+    return grid, np.median(ys, axis=0), ys.min(axis=0), ys.max(axis=0)
+
+
+def series(plot: Plot, root: Path = ROOT) -> list[dict]:
+    """The rows of PLOT's CSV: each curve's median and band in each panel."""
+    out = []
+    for curve in plot.curves:
+        runs = [read_run(root / p, curve.stack) for p in curve.csvs]
+        for panel in plot.panels:
+            x, med, low, high = band([(r[panel.x], r[panel.column]) for r in runs])
+            out += [{"plot": plot.name, "curve": curve.label, "panel": panel.column,
+                     "x_column": panel.x, "x": a, "median": b, "low": c, "high": d,
+                     "runs": len(runs)} for a, b, c, d in zip(x, med, low, high)]
+    return out
+
+
+def draw(plot: Plot, rows: list[dict], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(plot.panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
+    for ax, panel in zip(axes[0], plot.panels):
+        xlabel, scale = X_AXES[panel.x]
+        for i, curve in enumerate(plot.curves):
+            pts = [r for r in rows if r["curve"] == curve.label and r["panel"] == panel.column
+                   and r["x_column"] == panel.x]
+            x = np.array([r["x"] for r in pts]) * scale
+            ax.plot(x, [r["median"] for r in pts], color=f"C{i}", label=curve.label,
+                    marker="o" if len(pts) < 40 else None, ms=3)
+            if pts and pts[0]["runs"] > 1:
+                ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts],
+                                color=f"C{i}", alpha=0.2, lw=0)
+        if panel.goal is not None:
+            ax.axhline(panel.goal, color="gray", ls="--", lw=0.8, label="goal")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(panel.label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(plot.title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def write(plot: Plot, out_dir: Path, root: Path = ROOT) -> tuple[Path, Path]:
+    """PLOT's PNG and the CSV of what it draws, in OUT_DIR."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = series(plot, root)
+    png, table = out_dir / f"{plot.name}.png", out_dir / f"{plot.name}.csv"
+    with open(table, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows({**r, "x": f"{r['x']:.10g}",
+                     **{k: f"{r[k]:.6g}" for k in ("median", "low", "high")}} for r in rows)
+    draw(plot, rows, png)
+    return png, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "img")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=[p.name for p in PLOTS],
+                    help="draw these plots only (default: all)")
+    ap.add_argument("--list", action="store_true", help="print each plot and its CSVs")
+    a = ap.parse_args(argv)
+    for plot in PLOTS:
+        if a.only and plot.name not in a.only:
+            continue
+        if a.list:
+            print(plot.name + ": " + " ".join(p for c in plot.curves for p in c.csvs))
+            continue
+        png, _ = write(plot, a.out_dir)
+        print(f"{png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

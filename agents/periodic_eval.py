@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from trot import faults
 from trot.agents.evaluate import EVAL_SEED, evaluate_policy
 from trot.agents.logger import CsvRows
 from trot.config import TrainConfig
@@ -50,4 +51,5 @@ class PeriodicEval:
         self.rows.append({"iteration": iteration, "env_steps": env_steps, "wall_s": wall_s}
                          | {k: v for k, v in r.items() if k != "episodes"
                             and not k.endswith("_second_half")})
+        faults.point("evaluated")  # the row is written; this iteration's checkpoint is not
         return time.monotonic() - t0

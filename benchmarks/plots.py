@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import compare_ant  # its reading of the peers' CSVs, not a copy of it
 
 from trot.compare import X_AXES, band  # `trot compare`'s median and band, one definition
+
 FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
 
 

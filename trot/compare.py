@@ -56,6 +56,9 @@ class Group:
 
 @dataclass(frozen=True)
 class CompareArgs:
+    """trot compare: several runs' training return and eval.csv metrics in one figure, seeds
+    as median and min-max band, the points beside it as CSV (trot/compare.py)"""
+
     runs: tyro.conf.Positional[tuple[str, ...]] = ()
     """run directories of `trot train`, or folders of seed_K/ run directories"""
     out: str = "curves.png"

@@ -1,8 +1,12 @@
 """Deterministic-policy evaluation: K envs each play exactly one episode (no bias toward
-short episodes), with observation noise off."""
+short episodes), with observation noise off. `evaluate_policy` is the one evaluation of a
+policy during training: `trot train --eval-every` (agents/periodic_eval.py) and
+benchmarks/locomotion_cpu.py both call it."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +16,11 @@ from torch import Tensor
 
 from trot.agents.networks import Acting, Actor
 from trot.runs import load_run
+from trot.tasks.base import TaskConfig
 from trot.tasks.env import Env
+from trot.tasks.registry import make_env
+
+EVAL_SEED = 12345  # `trot eval`'s default seed: its starts and commands
 
 
 @torch.no_grad()
@@ -58,6 +66,19 @@ def run_episodes(env: Env, policy: Actor | Callable[[Tensor], Tensor],
     for k, v in final.items():  # NaN where the outcome does not apply to an env
         out[k] = v.nanmean().item() if bool((~v.isnan()).any()) else None
     return out | env.task.summarize(out)
+
+
+def evaluate_policy(task: str, config: TaskConfig, policy: Actor | Callable[[Tensor], Tensor],
+                    episodes: int, seed: int = EVAL_SEED) -> tuple[dict[str, float | None], Env]:
+    """run_episodes on `episodes` fresh envs of `task` with `config` and noise off, on the cpu
+    backend (MuJoCo C) whatever the run trains on, seeded with `seed` so that every
+    evaluation of a run sees the same starts and commands; returns it and the env."""
+    if isinstance(policy, torch.nn.Module) and any(
+            p.device.type != "cpu" for p in policy.parameters()):  # trained on a GPU
+        policy = copy.deepcopy(policy).cpu()
+    env = make_env(task, episodes, seed=seed,
+                   config=dataclasses.replace(config, obs_noise=False))
+    return run_episodes(env, policy, episodes), env
 
 
 def _nanmean_per_env(x: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""Run outputs: metrics.csv, TensorBoard events, curve.png and a progress line.
+"""Run outputs: metrics.csv (and eval.csv through CsvRows), TensorBoard events, curve.png and a progress line.
 Called once per iteration with plain floats (after the iteration's single host sync)."""
 
 from __future__ import annotations
@@ -22,18 +22,71 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+class CsvRows:
+    """A CSV of one row per iteration, appended as the run goes. `iteration` is where the run
+    stands (its checkpoint's on resume): rows a crashed process wrote after that checkpoint
+    are dropped, so the file continues from the checkpoint with no repeated iteration.
+    Columns that appear later widen the file (earlier rows leave them empty); every rewrite
+    is atomic, and an append adds whole rows (a torn last row is dropped on resume)."""
+
+    def __init__(self, path: Path, core: tuple[str, ...], iteration: int = 0):
+        self.path, self.core = path, core
+        self.columns: list[str] | None = None
+        self.kept: list[dict[str, str]] = []  # the rows kept from a resumed run's file
+        if path.exists():
+            self._truncate(iteration)
+
+    def _truncate(self, iteration: int) -> None:
+        with open(self.path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns, rows = reader.fieldnames, list(reader)
+        keep = [r for r in rows if _row_iteration(r) is not None
+                and _row_iteration(r) <= iteration]  # a torn last row has no iteration
+        self.columns = list(columns) if columns and iteration > 0 else None
+        if len(keep) < len(rows) or self.columns is None:
+            self._rewrite(keep)
+        self.kept = keep
+
+    def append(self, m: dict[str, float | None]) -> None:
+        new = sorted(k for k in m if k not in (self.columns or self.core))
+        if self.columns is None or new:  # first row, or metrics that appear later (reward
+            self._widen(new)             # terms once the first episode has ended)
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow([_cell(m.get(c)) for c in self.columns])
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite the file with `new` columns appended (earlier rows leave them empty)."""
+        rows: list[dict[str, str]] = []
+        if self.columns is not None and self.path.exists():
+            with open(self.path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        self.columns = (self.columns or list(self.core)) + new
+        self._rewrite(rows)
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        """The file as exactly these rows (atomically; no file when there are no columns)."""
+        if self.columns is None:
+            self.path.unlink(missing_ok=True)
+            return
+        columns = self.columns
+
+        def write(path: Path) -> None:
+            with open(path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+                w.writeheader()
+                w.writerows(rows)
+
+        atomic_write(self.path, write)
+
+
 class RunLogger:
-    """Appends one row per iteration. `iteration` and `env_steps` are where the run stands
-    (its checkpoint's on resume): rows a crashed process logged after that checkpoint are
-    dropped from metrics.csv and purged from TensorBoard, so a resumed run's logs continue
-    from the checkpoint with no repeated iteration."""
+    """Appends one row per iteration to metrics.csv (CsvRows: on resume it continues from
+    the checkpoint's `iteration`), and its events to TensorBoard, purged past `env_steps`."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, curve_every_s: float = 10.0,
                  iteration: int = 0, env_steps: int = 0):
         self.dir = run_dir
         self.csv_path = run_dir / "metrics.csv"
-        self.columns: list[str] | None = None
-        self.history: list[tuple[float, float, float]] = []  # (env_steps, wall_s, return)
         self.curve_every_s = curve_every_s
         self._last_curve = 0.0
         self.tb = None
@@ -43,27 +96,14 @@ class RunLogger:
             # events at env steps after the checkpoint's are discarded (the x-axis)
             self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=env_steps + 1 if
                                     env_steps else None)
-        if self.csv_path.exists():  # resumed run: keep its rows up to the checkpoint
-            self._truncate(iteration)
-
-    def _truncate(self, iteration: int) -> None:
-        with open(self.csv_path, newline="") as f:
-            reader = csv.DictReader(f)
-            columns, rows = reader.fieldnames, list(reader)
-        keep = [r for r in rows if _row_iteration(r) is not None
-                and _row_iteration(r) <= iteration]  # a torn last row has no iteration
-        self.columns = list(columns) if columns and iteration > 0 else None
-        if len(keep) < len(rows) or self.columns is None:
-            self._rewrite(keep)
-        self.history = [(float(r["env_steps"]), float(r["wall_s"]), float(r["episode_return"]))
-                        for r in keep if r.get("episode_return")]
+        self.rows = CsvRows(self.csv_path, CORE_COLUMNS, iteration)
+        # (env_steps, wall_s, return) for curve.png
+        self.history: list[tuple[float, float, float]] = [
+            (float(r["env_steps"]), float(r["wall_s"]), float(r["episode_return"]))
+            for r in self.rows.kept if r.get("episode_return")]
 
     def log(self, m: dict[str, float]) -> None:
-        new = sorted(k for k in m if k not in (self.columns or CORE_COLUMNS))
-        if self.columns is None or new:  # first row, or metrics that appear later (reward
-            self._widen(new)             # terms once the first episode has ended)
-        with open(self.csv_path, "a", newline="") as f:
-            csv.writer(f).writerow([_cell(m.get(c)) for c in self.columns])
+        self.rows.append(m)
         if self.tb is not None:
             for k, v in m.items():
                 if k not in ("iteration", "env_steps") and v is not None:
@@ -72,29 +112,6 @@ class RunLogger:
             self.history.append((m["env_steps"], m["wall_s"], m["episode_return"]))
         if time.monotonic() - self._last_curve > self.curve_every_s:
             self.draw_curve()
-
-    def _widen(self, new: list[str]) -> None:
-        """Rewrite metrics.csv with `new` columns appended (earlier rows leave them empty)."""
-        rows: list[dict[str, str]] = []
-        if self.columns is not None and self.csv_path.exists():
-            with open(self.csv_path, newline="") as f:
-                rows = list(csv.DictReader(f))
-        self.columns = (self.columns or list(CORE_COLUMNS)) + new
-        self._rewrite(rows)
-
-    def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        """metrics.csv as exactly these rows (atomically; no file when there are no columns)."""
-        if self.columns is None:
-            self.csv_path.unlink(missing_ok=True)
-            return
-
-        def write(path: Path) -> None:
-            with open(path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-                w.writeheader()
-                w.writerows(rows)
-
-        atomic_write(self.csv_path, write)
 
     def draw_curve(self) -> None:
         self._last_curve = time.monotonic()

@@ -1,5 +1,5 @@
 """The runner: rollout -> values -> GAE -> PopArt -> update -> one host sync -> log ->
-checkpoint.
+[evaluate, off the clock] -> checkpoint.
 
 rsl_rl's split: the env (tasks/env.py) knows episodes, the algorithm (ppo.py) knows losses,
 the storage (storage.py) knows shapes, the collector (collect.py) knows who acts (the
@@ -26,6 +26,7 @@ from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUF
                                      Comm, rank_seed)
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
+from trot.agents.periodic_eval import PeriodicEval
 from trot.agents.ppo import PPO
 from trot.agents.rollback import Rollback
 from trot.agents.storage import Rollout
@@ -191,6 +192,9 @@ class Trainer:
             remove_stale_temps(run_dir)
         logger = RunLogger(run_dir, iteration=self.iteration,
                            env_steps=self.env_steps) if main else None
+        # eval.csv every cfg.eval_every iterations, off the training clock (rank 0)
+        evaluate = PeriodicEval(run_dir, self.cfg, self.iteration) \
+            if main and self.cfg.eval_every else None
         stop = _StopFlag()
         start = time.monotonic() - self.wall_s
         last = (time.monotonic(), self.env_steps)
@@ -207,6 +211,10 @@ class Trainer:
                     if logger is not None:
                         logger.log(m)
                         faults.point("logged")
+                    if evaluate is not None:  # the clocks skip the time it took
+                        paused = evaluate(self.ac.actor, self.iteration, self.env_steps,
+                                          self.wall_s)
+                        start, last = start + paused, (last[0] + paused, last[1])
                     if not quiet and self.iteration % self.cfg.log_every == 0:
                         print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
                               flush=True)

@@ -57,7 +57,6 @@ without a checkpoint yet starts).
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import dataclasses
 import math
@@ -65,25 +64,21 @@ import statistics
 import time
 from pathlib import Path
 
-from trot.agents.evaluate import run_episodes
+from trot.agents.evaluate import evaluate_policy
 from trot.agents.logger import RunLogger
 from trot.agents.trainer import build, resume_run
 from trot.agents.config import parse_override, tuned
 from trot.config import TrainConfig, save_json
 from trot.runs import CHECKPOINT, atomic_write, course_changes
-from trot.tasks.registry import get_task, make_env
+from trot.tasks.registry import get_task
 
 COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_error",
            "fall_rate", "episode_s", "energy_per_meter")
 
 
 def evaluate_now(task: str, config, actor, episodes: int, seed: int) -> dict[str, float]:
-    """On the cpu backend (MuJoCo C), whatever the run trains on."""
-    if next(actor.parameters()).device.type != "cpu":  # trained on a GPU
-        actor = copy.deepcopy(actor).cpu()
-    env = make_env(task, episodes, seed=seed, config=dataclasses.replace(config,
-                                                                         obs_noise=False))
-    r = run_episodes(env, actor, episodes)
+    """agents/evaluate.py's evaluation (cpu backend, noise off), as this script's columns."""
+    r, env = evaluate_policy(task, config, actor, episodes, seed)
     return {"lin_vel_error": r["lin_vel_error"], "yaw_rate_error": r["yaw_rate_error"],
             "fall_rate": r["terminated_rate"], "episode_s": r["mean_length"] * env.control_dt,
             "energy_per_meter": r["power"] / max(r["speed"], 1e-6)} | {

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import compare_ant  # its reading of the peers' CSVs, not a copy of it
 
-X_AXES = {"env_steps": ("env steps (M)", 1e-6), "wall_s": ("training wall-clock (min)", 1 / 60)}
+from trot.compare import X_AXES, band  # `trot compare`'s median and band, one definition
+
 FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
 
 
@@ -111,20 +112,6 @@ def read_run(path: Path, stack: str | None = None) -> dict[str, np.ndarray]:
         rows = list(csv.DictReader(f))
     return {k: np.array([float(r[k]) if r[k].strip() else np.nan for r in rows])
             for k in rows[0]}
-
-
-def band(runs: list[tuple[np.ndarray, np.ndarray]]):
-    """(x, median, low, high) over runs given as (x, y), on the x every run reached."""
-    runs = [(x[np.isfinite(y)], y[np.isfinite(y)]) for x, y in runs]
-    runs = [(x[np.argsort(x)], y[np.argsort(x)]) for x, y in runs]
-    if len(runs) == 1:
-        x, y = runs[0]
-        return x, y, y, y
-    lo, hi = max(x[0] for x, _ in runs), min(x[-1] for x, _ in runs)
-    grid = np.unique(np.concatenate([x for x, _ in runs]))
-    grid = grid[(grid >= lo) & (grid <= hi)]
-    ys = np.stack([np.interp(grid, x, y) for x, y in runs])
-    return grid, np.median(ys, axis=0), ys.min(axis=0), ys.max(axis=0)
 
 
 def series(plot: Plot, root: Path = ROOT) -> list[dict]:

@@ -10,6 +10,7 @@
     trot sim2sim RUN_DIR [--episodes K] [--json]
     trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K] [--sim cpu|mjx]
     trot view RUN_DIR|TASK [--onnx] [--speed X] [--port P]
+    trot compare RUN_DIR... [--out curves.png] [--group NAME=RUN_DIR,RUN_DIR ...]
     trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
     trot rsl-rl TASK [--num-envs N] [--max-iterations K] [--seed S] [--run-dir D]
 
@@ -332,6 +333,13 @@ def cmd_view(args: list[str]) -> int:
     return view_main(args)
 
 
+def cmd_compare(args: list[str]) -> int:
+    """`trot compare RUN_DIR... [--out curves.png] [--group NAME=A,B]`: see trot/compare.py."""
+    from trot.compare import main as compare_main
+
+    return compare_main(args)
+
+
 def cmd_rl_games(args: list[str]) -> int:
     """`trot rl-games TASK [--num-envs N] [--max-epochs E]`: see trot/rlgames.py."""
     from trot.rlgames import main as rl_games_main
@@ -348,7 +356,7 @@ def cmd_rsl_rl(args: list[str]) -> int:
 
 COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
             "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
-            "play": cmd_play, "view": cmd_view, "rl-games": cmd_rl_games,
+            "play": cmd_play, "view": cmd_view, "compare": cmd_compare, "rl-games": cmd_rl_games,
             "rsl-rl": cmd_rsl_rl, "distill": cmd_distill}
 
 

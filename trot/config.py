@@ -45,6 +45,14 @@ class TrainConfig:
     """iterations between checkpoints (one is always written at the end)"""
     log_every: int = 5
     """iterations between progress lines"""
+    eval_every: int = 0
+    """iterations between evaluations (0: none): with the training clock paused, the
+    deterministic policy plays one episode in each of eval_episodes fresh envs (cpu backend,
+    observation noise off, the same starts every time), and a row of the return and the
+    task's eval metrics (those of `trot eval`) is appended to eval.csv in the run directory.
+    Under nproc > 1 rank 0 evaluates while the others wait (within dist_timeout)"""
+    eval_episodes: int = 32
+    """episodes per evaluation (eval_every), one per env"""
     stagger_start: bool = True
     """start each env's episode clock at a random step, so time-limit resets spread out"""
     torch_threads: int = 1
@@ -95,6 +103,9 @@ class TrainConfig:
         if self.torch_threads < 0 or self.update_threads < 0:
             raise ValueError("torch_threads and update_threads must be >= 0 (0: all cores), got "
                              f"{self.torch_threads}, {self.update_threads}")
+        if self.eval_every < 0 or self.eval_episodes <= 0:
+            raise ValueError("eval_every must be >= 0 (0: no evaluation) and eval_episodes > 0, "
+                             f"got {self.eval_every}, {self.eval_episodes}")
         if self.actor_lag < 0:
             raise ValueError(f"actor_lag must be >= 0, got {self.actor_lag}")
         if self.async_collect and self.actor_lag != 1:

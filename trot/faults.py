@@ -14,7 +14,8 @@ per iteration (checkpoint and log writes, shutdown), never per control step.
 Points: "tmp-written-NAME" (the temporary file of NAME, e.g. checkpoint.pt, is complete, not
 yet renamed), "checkpoint-saved"
 (after checkpoint.pt's rename), "logged" (after a metrics row, before that iteration's
-checkpoint), "before-shutdown" (a rank is about to leave its process group).
+checkpoint), "evaluated" (after an eval.csv row, inside the evaluation's
+pause of the training clock), "before-shutdown" (a rank is about to leave its process group).
 """
 
 from __future__ import annotations

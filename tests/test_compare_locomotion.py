@@ -1,5 +1,6 @@
-"""benchmarks/compare_locomotion.py's reading of its CSVs: the race table and which runs
---resume still has to train. The runs themselves are the benchmark, not a test."""
+"""benchmarks/compare_locomotion.py: its reading of its CSVs (the race table, which runs
+--resume still has to train) and its rsl_rl leg run tiny, with a resume. The full-size
+runs are the benchmark, not a test."""
 
 from __future__ import annotations
 
@@ -67,3 +68,32 @@ def test_resume_skips_runs_that_walked_or_reached_the_cap(tmp_path):
     _write(tmp_path / "cut.csv", [(20.0, 15.0, 0.15, 0.05)])
     assert not race.finished(a, race.read_rows(tmp_path / "cut.csv"))
     assert not race.finished(a, [])
+
+
+def test_rslrl_leg_runs_evaluates_and_resumes(tmp_path):
+    """The rsl_rl leg itself, tiny (go1-flat, 16 envs, 6 s of training evaluated every 3 s
+    on 4 episodes), then --resume raising the cap to 9 s: each evaluation is a row, the
+    resumed run's env steps continue from the saved state in whole rsl_rl iterations (24
+    steps x 16 envs), and its model is rsl_rl's own save. The bugs: the training return read
+    outside rsl_rl's inference mode (its statistics are inference tensors: the first race
+    died there), a resume that restarts the step count or drops the rows before it."""
+    pytest.importorskip("rsl_rl", reason="needs the 'rslrl' extra")
+    import subprocess
+
+    def leg(minutes: float, *extra: str) -> None:
+        cmd = [sys.executable, race.__file__, "--leg", "rslrl", "--seed", "0", "--task",
+               "go1-flat", "--minutes", str(minutes), "--eval-every-min", "0.05",
+               "--episodes", "4", "--num-envs", "16", "--out-dir", str(tmp_path),
+               "--run-dir", str(tmp_path / "runs"), *extra]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+
+    leg(0.1)
+    first = race.read_rows(tmp_path / "rslrl_seed0.csv")
+    assert len(first) == 2 and first[-1]["train_s"] >= 6 - 1.0
+    assert all(r["env_steps"] % (24 * 16) == 0 and r["env_steps"] > 0 for r in first)
+    assert all(r["train_return"] == r["train_return"] for r in first)  # not NaN
+    leg(0.15, "--resume")
+    rows = race.read_rows(tmp_path / "rslrl_seed0.csv")
+    assert rows[:2] == first and len(rows) == 3
+    assert rows[2]["env_steps"] > first[-1]["env_steps"] and rows[2]["train_s"] >= 9 - 1.0
+    assert (tmp_path / "runs" / "rslrl_seed0" / "model.pt").is_file()

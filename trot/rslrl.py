@@ -109,6 +109,7 @@ class TrotVecEnv(VecEnv):
             extras["log"] = self.episode_log()
         return self._groups(res.obs), res.reward, res.terminated | res.truncated, extras
 
+    @torch.inference_mode()  # the sums are inference tensors, made during rsl_rl's rollouts
     def episode_log(self) -> dict[str, Tensor]:
         """trot's per-episode means since the last call, as 0-d device tensors (no host
         sync); a rollout in which no episode ended logs NaN rather than a false 0."""

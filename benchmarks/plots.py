@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import compare_ant  # its reading of the peers' CSVs, not a copy of it
 
-from trot.compare import X_AXES, band  # `trot compare`'s median and band, one definition
+from trot.compare import X_AXES, band, plot_band  # `trot compare`'s median and band, one definition
 
 FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
 
@@ -137,14 +137,9 @@ def draw(plot: Plot, rows: list[dict], png: Path) -> None:
     for ax, panel in zip(axes[0], plot.panels):
         xlabel, scale = X_AXES[panel.x]
         for i, curve in enumerate(plot.curves):
-            pts = [r for r in rows if r["curve"] == curve.label and r["panel"] == panel.column
-                   and r["x_column"] == panel.x]
-            x = np.array([r["x"] for r in pts]) * scale
-            ax.plot(x, [r["median"] for r in pts], color=f"C{i}", label=curve.label,
-                    marker="o" if len(pts) < 40 else None, ms=3)
-            if pts and pts[0]["runs"] > 1:
-                ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts],
-                                color=f"C{i}", alpha=0.2, lw=0)
+            plot_band(ax, [r for r in rows if r["curve"] == curve.label
+                           and r["panel"] == panel.column and r["x_column"] == panel.x],
+                      scale, f"C{i}", curve.label)
         if panel.goal is not None:
             ax.axhline(panel.goal, color="gray", ls="--", lw=0.8, label="goal")
         ax.set_xlabel(xlabel)

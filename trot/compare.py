@@ -83,6 +83,17 @@ def band(runs: list[tuple[np.ndarray, np.ndarray]]):
     return grid, np.median(ys, axis=0), ys.min(axis=0), ys.max(axis=0)
 
 
+def plot_band(ax, pts: list[dict], scale: float, color: str, label: str) -> None:
+    """One curve of `series` rows on ax: the median (x scaled), and the min-max band where
+    the curve has several runs."""
+    x = np.array([r["x"] for r in pts]) * scale
+    ax.plot(x, [r["median"] for r in pts], color=color, label=label,
+            marker="o" if len(pts) < 40 else None, ms=3)
+    if pts and pts[0]["runs"] > 1:
+        ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts], color=color,
+                        alpha=0.2, lw=0)
+
+
 def _not_a_run(path: Path) -> ValueError:
     return ValueError(f"{path}: no {TRAIN} there; trot compare takes run directories of "
                       "`trot train` (each with its metrics.csv) or folders of seed_K/ run "
@@ -159,14 +170,9 @@ def draw(groups: list[Group], metrics: tuple[Metric, ...], rows: list[dict],
     for row_axes, m in zip(axes, shown):
         for ax, (x_column, (xlabel, scale)) in zip(row_axes, X_AXES.items()):
             for i, g in enumerate(groups):
-                pts = [r for r in rows if r["curve"] == g.label and r["file"] == m.file
-                       and r["column"] == m.column and r["x_column"] == x_column]
-                x = np.array([r["x"] for r in pts]) * scale
-                ax.plot(x, [r["median"] for r in pts], color=f"C{i}", label=g.label,
-                        marker="o" if len(pts) < 40 else None, ms=3)
-                if pts and pts[0]["runs"] > 1:
-                    ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts],
-                                    color=f"C{i}", alpha=0.2, lw=0)
+                plot_band(ax, [r for r in rows if r["curve"] == g.label and r["file"] == m.file
+                               and r["column"] == m.column and r["x_column"] == x_column],
+                          scale, f"C{i}", g.label)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(m.label, fontsize=8)
             ax.grid(alpha=0.3)

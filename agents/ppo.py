@@ -155,12 +155,27 @@ class PPO:
         return self._sample_with(actor, obs, actor.noise(obs.shape[0], gen), state)
 
     @torch.no_grad()
+    def fill_values(self, ro: Rollout) -> Rollout:
+        """ro with its V(s_t) [T, N], in one batched pass of the critic the update starts
+        from."""
+        t, n = ro.values.shape
+        ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t, n))
+        return ro
+
+    @torch.no_grad()
     def prepare(self, ro: Rollout) -> Batch:
         """GAE on unnormalized values, then PopArt moves to the new returns. The advantages
         stay raw: `update` normalizes them as `advantage_norm` says."""
+        adv, ret = self.targets(ro)
+        self.move_popart(self.ac.critic, ret)
+        return self.pack(ro, adv, ret)
+
+    @torch.no_grad()
+    def targets(self, ro: Rollout) -> tuple[Tensor, Tensor]:
+        """The rollout's advantages and value targets [T, N] in reward units: GAE, or
+        V-trace (off_policy='vtrace') against the policy about to be updated."""
         t, n = ro.rewards.shape
-        critic = self.ac.critic
-        next_values = critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)  # [T, N]
+        next_values = self.ac.critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)
         if self.cfg.off_policy == "vtrace":  # log pi(a|x) of the policy about to be updated
             mean = self.ac.actor.sequence(ro.obs, ro.state0, ro.starts())  # [T, N, A]
             log_pi = self.ac.actor.dist_of(mean).log_prob(ro.actions).sum(-1)  # [T, N]
@@ -168,18 +183,28 @@ class PPO:
                               log_pi - ro.log_probs, self.cfg.gamma, self.cfg.lam,
                               self.cfg.rho_bar, self.cfg.c_bar,
                               weight_advantages=not self.cfg.clip)
-        else:
-            adv, ret = compute_gae(ro.rewards, ro.values, next_values, ro.terminated,
-                                   ro.truncated, self.cfg.gamma, self.cfg.lam)
-        if critic.popart is not None:  # statistics of every rank's returns
+            return adv, ret
+        return compute_gae(ro.rewards, ro.values, next_values, ro.terminated, ro.truncated,
+                           self.cfg.gamma, self.cfg.lam)
+
+    @torch.no_grad()
+    def move_popart(self, critic: torch.nn.Module, ret: Tensor) -> None:
+        """PopArt's statistics (of every rank's returns ret [T, N]) move, and `critic`'s
+        head is rescaled to keep its outputs; nothing without PopArt."""
+        if critic.popart is not None:
             mean, var, _ = self.comm.moments(ret.reshape(-1, 1))  # [1]
             critic.popart.update_from_moments(mean, var + mean * mean)
+
+    @torch.no_grad()
+    def pack(self, ro: Rollout, adv: Tensor, ret: Tensor) -> Batch:
+        """The update's batch: the rollout's rows (t-major, row t * N + n) with adv and ret
+        [T, N], and their mirror images under symmetry='augment'."""
         parts = [x.flatten(0, 1) for x in (ro.obs, ro.critic_obs, ro.actions, ro.log_probs,
                                             ro.action_mean, adv, ret, ro.values)]
         if self.mirrors is not None:
             parts = self._with_mirror(parts)
         batch = Batch.packed(*parts)
-        if self.ac.actor.memory is not None:  # rows are t-major: row t * N + n
+        if self.ac.actor.memory is not None:
             batch.sequences = Sequences(ro.state0, ro.starts())
         return batch
 

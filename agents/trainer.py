@@ -80,20 +80,14 @@ class Trainer:
     # ------------------------------------------------------------------ one iteration
     def collect(self) -> Rollout:
         """This iteration's rollout (agents/collect.py), with its V(s_t)."""
-        return self._values(self.collector.collect())
-
-    @torch.no_grad()
-    def _values(self, ro: Rollout) -> Rollout:
-        """V(s_t) in one batched pass, with the critic the update will start from."""
-        t_, n = ro.values.shape
-        ro.values.copy_(self.ac.critic.value(ro.critic_obs.flatten(0, 1)).view(t_, n))
-        return ro
+        return self.algo.fill_values(self.collector.collect())
 
     def iterate(self) -> dict[str, float]:
         """collect -> values -> prepare (GAE or V-trace, PopArt) -> update -> one host sync;
         returns the iteration's metrics as plain floats."""
         self.rollback.save()
         ro = self.collect()
+        faults.point("rollout")  # e.g. a straggler, in the fault tests
         self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks
         batch = self.algo.prepare(ro)
         stats = self.algo.update(batch, self.gen, lagged=self.collector.lagged)

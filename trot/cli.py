@@ -2,7 +2,7 @@
 
     trot list
     trot sim-bench TASK [--num-envs N]
-    trot train TASK [--algo ppo|a2c] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
+    trot train TASK [--algo ppo|a2c|a3c] [--workers K] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train --resume RUN_DIR
     trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
     trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
@@ -183,6 +183,8 @@ def cmd_train(args: list[str]) -> int:
         resume = tyro.cli(ResumeArgs, args=args, prog="trot train") \
             if args[0].startswith("--resume") else None
         cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
+        if cfg.algo == "a3c":
+            return _train_a3c(cfg, resume)
         if cfg.nproc > 1 and "WORLD_SIZE" not in os.environ:
             from trot.launch import launch_torchrun
 
@@ -215,6 +217,34 @@ def cmd_train(args: list[str]) -> int:
         if trainer.cfg.export:
             _export_after_training(run_dir)
         print(run_dir)
+    return 0
+
+
+def _train_a3c(cfg, resume: ResumeArgs | None) -> int:
+    """`trot train TASK --algo a3c`: worker processes on shared parameters (agents/a3c.py)."""
+    from trot.agents.a3c import A3C, WorkerDied, resume_a3c, worker_count
+    from trot.agents.checkpoint import CheckpointError
+    from trot.runs import new_run_dir, write_config
+
+    try:
+        if resume:
+            run_dir = Path(resume.resume)
+            run = resume_a3c(run_dir, resume.max_env_steps, resume.minutes)
+            msg = f"resuming {run_dir} at update {run.iteration}"
+        else:
+            run_dir, run = new_run_dir(cfg), A3C(cfg)
+            write_config(run_dir, cfg)
+            msg = f"run directory: {run_dir}"
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return _fail(str(e))
+    print(f"{msg} (a3c, {worker_count(run.cfg)} workers)", flush=True)
+    try:
+        run.train(run_dir)
+    except WorkerDied as e:
+        return _fail(str(e))
+    if run.cfg.export:
+        _export_after_training(run_dir)
+    print(run_dir)
     return 0
 
 

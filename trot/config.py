@@ -16,16 +16,17 @@ from trot.agents.capture import check_setting as check_capture
 from trot.agents.config import PPOConfig
 from trot.tasks.base import TaskConfig, from_fields
 
-ALGOS = ("ppo", "a2c")
+ALGOS = ("ppo", "a2c", "a3c")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "cartpole-balance"
     """registered task name (see `trot list`)"""
-    algo: Literal["ppo", "a2c"] = "ppo"
-    """ppo, or a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
-    fixed learning rate)"""
+    algo: Literal["ppo", "a2c", "a3c"] = "ppo"
+    """ppo; a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
+    fixed learning rate); or a3c: `workers` processes, each with num_envs envs, apply A2C
+    gradients to shared parameters without locks, with a shared RMSProp (agents/a3c.py)"""
     num_envs: int = 1024
     """parallel simulated robots"""
     seed: int = 0
@@ -69,6 +70,9 @@ class TrainConfig:
     Factory's double buffering); it acts with the parameters one update old, so it needs
     actor_lag=1, and trains exactly as actor_lag=1 does. Torch uses torch_threads then,
     for acting and the update alike, since both run beside MuJoCo's threads"""
+    workers: int = 0
+    """a3c: worker processes, each with its own num_envs envs and an equal share of the
+    cores (0: one per core this process may use); only --algo a3c takes it"""
     nproc: int = 1
     """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
@@ -88,7 +92,7 @@ class TrainConfig:
     @property
     def agent_effective(self) -> PPOConfig:
         """The settings the update actually runs with (A2C folds into PPO here)."""
-        return self.agent.as_a2c() if self.algo == "a2c" else self.agent
+        return self.agent.as_a2c() if self.algo in ("a2c", "a3c") else self.agent
 
     def validate(self) -> None:
         if self.algo not in ALGOS:
@@ -112,9 +116,35 @@ class TrainConfig:
             raise ValueError("async_collect acts with the parameters one update old while the "
                              f"update runs: it needs actor_lag=1, got actor_lag={self.actor_lag}")
         check_capture(self.capture)
+        self._check_a3c()
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()
+
+    def _check_a3c(self) -> None:
+        """A3C's workers share CPU memory and step their own envs, in one process group."""
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0 (0: one per core), got {self.workers}")
+        if self.algo != "a3c":
+            if self.workers:
+                raise ValueError(f"workers {self.workers} is for --algo a3c (its worker "
+                                 f"processes); algo {self.algo!r} trains in one process, or "
+                                 "data-parallel with --nproc")
+            return
+        clashes = {
+            "device": (self.device != "cpu", "a3c shares parameters in CPU memory: cpu"),
+            "sim": (self.sim != "cpu", "each worker steps its envs with MuJoCo C: cpu"),
+            "nproc": (self.nproc != 1, "a3c starts its own worker processes: 1"),
+            "actor_lag": (self.actor_lag != 0, "a worker acts with its rollout's copy: 0"),
+            "async_collect": (self.async_collect, "a worker acts with its rollout's copy"),
+            "eval_every": (self.eval_every != 0, ("workers train on while an evaluation "
+                                                   "would pause the clock: 0, then trot eval")),
+            "capture": (self.capture not in ("auto", "off"), "a3c runs eager: auto or off"),
+        }
+        bad = [f"{name} {getattr(self, name)!r} ({why})"
+               for name, (clash, why) in clashes.items() if clash]
+        if bad:
+            raise ValueError("algo a3c does not take " + "; ".join(bad))
 
 
 def to_json(cfg: TrainConfig) -> dict[str, Any]:

@@ -1,0 +1,135 @@
+"""A3C (agents/a3c.py): the shared RMSProp is one optimizer across workers, the CLI run
+learns cartpole-balance with 2 worker processes and continues after a resume, a worker that
+dies is named, and a3c refuses the settings it cannot honour."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trot.agents.a3c import RMSPROP, HogwildStep, new_rmsprop_state
+from trot.agents.config import PPOConfig
+from trot.agents.networks import ActorCritic
+from trot.config import TrainConfig
+from trot.faults import CRASH_ENV, CRASH_EXIT
+
+CFG = PPOConfig(actor_hidden=(8,), critic_hidden=(8,))
+
+
+def _grads(ac: ActorCritic, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(p.shape, generator=g) for p in ac.parameters()]
+
+
+def _set(ac: ActorCritic, grads: list[torch.Tensor]) -> None:
+    for p, g in zip(ac.parameters(), grads):
+        p.grad = g.clone()
+
+
+def test_shared_rmsprop_is_one_optimizer_across_workers():
+    """Two workers' HogwildSteps over the same shared state apply g1 then g2 exactly as one
+    torch RMSprop stepping g1 then g2. Catches per-worker RMSProp statistics (each worker's
+    own optimizer: the second step would divide by g2's square alone) and a state that
+    torch re-creates instead of stepping in place."""
+    torch.manual_seed(0)
+    shared = ActorCritic(3, 4, 2, CFG)
+    ref = ActorCritic(3, 4, 2, CFG)
+    ref.load_state_dict(shared.state_dict())
+    state = new_rmsprop_state(list(shared.parameters()))
+    workers = []
+    for _ in range(2):
+        local = ActorCritic(3, 4, 2, CFG)
+        workers.append((local, HogwildStep(local, shared, state, lr=0.01)))
+    opt = torch.optim.RMSprop(ref.parameters(), lr=0.01, **RMSPROP)
+    for (local, step), seed in zip(workers, (1, 2)):
+        _set(local, _grads(local, seed))
+        step.step()
+        _set(ref, _grads(ref, seed))
+        opt.step()
+    for a, b in zip(shared.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert float(state[0]["step"]) == 2.0
+    before = [p.detach().clone() for p in shared.parameters()]
+    local, step = workers[0]
+    bad = _grads(local, 3)
+    bad[0][0] = float("nan")
+    _set(local, bad)
+    step.step()  # dropped: the shared parameters never see a NaN
+    assert step.dropped == 1
+    for a, b in zip(shared.parameters(), before):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"device": "cuda"}, "device"), ({"nproc": 2}, "nproc"), ({"eval_every": 5}, "eval_every"),
+    ({"actor_lag": 1}, "actor_lag"), ({"capture": "inductor"}, "capture"),
+])
+def test_a3c_refuses_what_it_cannot_honour(change, named):
+    """Catches a flag a3c would silently ignore (an evaluation that pauses nothing, a
+    CUDA device the shared CPU memory never reaches)."""
+    with pytest.raises(ValueError, match=f"algo a3c does not take {named}"):
+        TrainConfig(algo="a3c", **change).validate()
+    with pytest.raises(ValueError, match="workers 2 is for --algo a3c"):
+        TrainConfig(algo="ppo", workers=2).validate()
+
+
+TRAIN = ["cartpole-balance", "--algo", "a3c", "--workers", "2", "--num-envs", "32",
+         "--log-every", "1000", "--checkpoint-every", "10"]
+
+
+def _trot(args: list[str], cwd: Path, crash: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash:
+        env[CRASH_ENV] = crash
+    return subprocess.run([sys.executable, "-m", "trot", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a3c_learns_cartpole_balance_and_resumes(tmp_path):
+    """2 worker processes on shared parameters learn cartpole-balance (trot eval's return
+    of the deterministic policy); both workers' updates are logged; a resume continues the
+    counters and metrics.csv without a repeated update, and exports. Catches workers whose
+    gradients never reach the shared parameters (no learning), a worker that never runs,
+    and a resume that restarts the counters or the log."""
+    run = tmp_path / "run"
+    p = _trot(["train", *TRAIN, "--max-env-steps", "150000", "--run-dir", str(run),
+               "--no-export"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = _rows(run)
+    assert {r["worker"] for r in rows} == {"0", "1"}
+    first = int(rows[-1]["iteration"])
+    p = _trot(["train", "--resume", str(run), "--max-env-steps", "300000"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = _rows(run)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert len(rows) > first and int(rows[-1]["env_steps"]) >= 300_000
+    assert (run / "policy.onnx").is_file()
+    p = _trot(["eval", str(run), "--episodes", "32", "--json"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["mean_return"] >= 0.8 * 500
+
+
+def test_a3c_worker_that_dies_is_named_and_the_checkpoint_kept(tmp_path):
+    """Worker 1 crashes at its 3rd rollout: the run stops with an error naming it and its
+    exit code, and the checkpoint it leaves loads in trot eval. Catches a main process that
+    waits forever on a dead worker, or trains on without saying so."""
+    run = tmp_path / "run"
+    p = _trot(["train", *TRAIN, "--max-env-steps", "10000000", "--run-dir", str(run),
+               "--no-export"], tmp_path, crash="rollout:3:1")
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert f"trot-a3c-worker-1 exited with code {CRASH_EXIT}" in p.stderr
+    assert "trot train --resume" in p.stderr
+    p = _trot(["eval", str(run), "--episodes", "4", "--json"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]

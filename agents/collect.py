@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from trot import faults
+from trot.agents.distributed import Preemption
 from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.overlap import Prefetch
 from trot.agents.ppo import PPO
@@ -47,8 +49,9 @@ class Collector:
     shared_keys: tuple[str, ...] = ()  # shared_state's
 
     def __init__(self, cfg: TrainConfig, env: Env, algo: PPO, ac: ActorCritic,
-                 storage: Rollout, noise_seed: int):
+                 storage: Rollout, noise_seed: int, preempt: Preemption | None = None):
         self.cfg, self.env, self.algo, self.ac, self.storage = cfg, env, algo, ac, storage
+        self.preempt = preempt  # DD-PPO's: a straggler's rollout is cut short
         # action noise: an explicit, checkpointed generator on the device (each rank its
         # own stream), so a resumed run draws what the straight one would, on a GPU too
         self.noise_gen = torch.Generator(device=env.device).manual_seed(noise_seed)
@@ -69,10 +72,17 @@ class Collector:
 
     @torch.no_grad()
     def _steps(self, ro: Rollout, actor: torch.nn.Module | None) -> Rollout:
-        """Steps the envs T times into `ro`, acting with `actor` (None: the learner's)."""
-        env, state = self.env, self.policy_state
+        """Steps the envs T times into `ro`, acting with `actor` (None: the learner's);
+        fewer, and the rollout's first steps returned, where `preempt` stops it."""
+        env, state, preempt = self.env, self.policy_state, self.preempt
         ro.state0.copy_(state)
+        if preempt is not None:
+            preempt.begin()
         for t in range(ro.steps):
+            if t and preempt is not None and preempt.preempted():
+                ro = ro.head(t)
+                break
+            faults.point("env-step")  # e.g. a slow rank, in the preemption tests
             obs = env.obs
             action, log_prob, mean, state = self.algo.act(obs.policy, actor, self.noise_gen,
                                                           state)
@@ -83,6 +93,9 @@ class Collector:
                      log_probs=log_prob, rewards=res.reward, terminated=res.terminated,
                      truncated=res.truncated, final_critic_obs=res.final_obs.critic,
                      action_mean=mean)
+        else:
+            if preempt is not None:
+                preempt.finished()
         self.policy_state = state
         return ro
 
@@ -164,12 +177,14 @@ class PrefetchCollector(LaggedCollector):
 
 
 def make_collector(cfg: TrainConfig, env: Env, algo: PPO, ac: ActorCritic,
-                   buffer: Callable[[], Rollout], noise_seed: int) -> Collector:
-    """The run's strategy: prefetching (`async_collect`), lagged (`actor_lag` > 0) or plain."""
+                   buffer: Callable[[], Rollout], noise_seed: int,
+                   preempt: Preemption | None = None) -> Collector:
+    """The run's strategy: prefetching (`async_collect`), lagged (`actor_lag` > 0) or plain
+    (which alone takes DD-PPO's `preempt`: TrainConfig.validate refuses the others)."""
     args = (cfg, env, algo, ac, buffer(), noise_seed)
     if cfg.async_collect:
         return PrefetchCollector(*args, spare=buffer())
-    return LaggedCollector(*args) if cfg.actor_lag > 0 else Collector(*args)
+    return LaggedCollector(*args) if cfg.actor_lag > 0 else Collector(*args, preempt)
 
 
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

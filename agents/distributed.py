@@ -17,6 +17,7 @@ Launch with `torchrun --nproc_per_node=K -m trot train TASK` or `trot train TASK
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import sys
 from collections.abc import Iterable
@@ -43,6 +44,9 @@ class Comm:
     world_size: int = 1
     local_rank: int = 0
     timeout_s: float = 0.0
+    ragged: bool = False
+    """the ranks' batches may differ in size (preemption): gradients are averaged weighted
+    by each rank's samples rather than per rank"""
 
     @property
     def is_main(self) -> bool:
@@ -81,6 +85,16 @@ class Comm:
             return flag
         return bool(self._gather(torch.tensor([float(flag)], device=device)).max() > 0)
 
+    def total(self, n: int, device: torch.device) -> Tensor:
+        """[1] float64: every rank's n summed (their env steps: under preemption they
+        differ), for the iteration's one host sync."""
+        if not self.ragged:
+            return torch.tensor([float(n * self.world_size)], dtype=torch.float64,
+                                device=device)
+        x = torch.tensor([float(n)], dtype=torch.float64, device=device)
+        self._checked(dist.all_reduce, x)
+        return x
+
     def merge_episode_stats(self, vals: Tensor) -> Tensor:
         """EpisodeStats.pop's vector [episodes, unstable, means...] over all ranks: counts
         add up, means are weighted by each rank's episode count."""
@@ -93,18 +107,23 @@ class Comm:
 
     # ------------------------------------------------------------------ replicas
     def average_gradients(self, params: Iterable[torch.nn.Parameter],
-                          extra: Tensor | None = None) -> Tensor | None:
+                          extra: Tensor | None = None, samples: int = 1) -> Tensor | None:
         """Average every parameter's .grad over ranks, in place, as one flattened bucket;
         `extra` (a small tensor, e.g. the minibatch KL) rides in the same bucket and is
-        returned averaged."""
+        returned averaged. `ragged`: each rank's share weighted by its `samples`."""
         if not self.distributed:
             return extra
         grads = [p.grad for p in params if p.grad is not None]
         parts = [g.reshape(-1) for g in grads] + ([] if extra is None else
                                                   [extra.detach().reshape(-1).to(grads[0])])
+        if self.ragged:  # sum(samples_r * x_r) / sum(samples_r): the mean over all samples
+            parts = [x * samples for x in parts] + [grads[0].new_full((1,), samples)]
         bucket = torch.cat(parts)
         self._checked(dist.all_reduce, bucket)
-        bucket /= self.world_size
+        if self.ragged:
+            bucket = bucket[:-1] / bucket[-1]
+        else:
+            bucket /= self.world_size
         offset = 0
         for g in grads:
             g.copy_(bucket[offset:offset + g.numel()].view_as(g))
@@ -151,6 +170,32 @@ class Comm:
 
 ONE_PROCESS = Comm()
 """A job of one process: every merge is the identity."""
+
+
+class Preemption:
+    """DD-PPO's straggler preemption (Wijmans et al., 2020): once `need` = ceil(F x ranks)
+    ranks have collected their whole rollout, the others stop at their next step, with a
+    shorter rollout. The count is a key in the job's own store (the TCPStore torchrun's
+    rendezvous made), one key per rollout: one add per step on a rank still collecting."""
+
+    def __init__(self, comm: Comm, fraction: float):
+        self.store = dist.distributed_c10d._get_default_store()
+        self.need = math.ceil(fraction * comm.world_size)
+        self.round = 0
+
+    def begin(self) -> None:
+        """A new rollout on every rank (they collect in lockstep, one per iteration)."""
+        self.round += 1
+        if self.round > 2:  # every rank has passed the update after rollout round - 2
+            self.store.delete_key(f"trot/preempt/{self.round - 2}")
+
+    def finished(self) -> None:
+        """This rank collected its whole rollout."""
+        self.store.add(f"trot/preempt/{self.round}", 1)
+
+    def preempted(self) -> bool:
+        """Whether enough ranks have finished that this one stops collecting."""
+        return self.store.add(f"trot/preempt/{self.round}", 0) >= self.need
 
 
 ENV_STREAM, SHUFFLE_STREAM, NOISE_STREAM = 0, 1, 2

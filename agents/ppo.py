@@ -299,7 +299,7 @@ class PPO:
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
-        kl = self.comm.average_gradients(ac.parameters(), extra=stats["kl"])
+        kl = self.comm.average_gradients(ac.parameters(), extra=stats["kl"], samples=len(b))
         if adapt and cfg.desired_kl > 0:
             self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)

@@ -37,6 +37,11 @@ class Rollout:
         done = self.terminated | self.truncated
         return torch.cat([torch.zeros_like(done[:1]), done[:-1]])
 
+    def head(self, t: int) -> Rollout:
+        """The first t steps (views): a rollout cut short (a preempted straggler)."""
+        return Rollout(*(getattr(self, f.name)[:t] if f.name != "state0" else self.state0
+                         for f in fields(self)))
+
     def write(self, t: int, **values: Tensor) -> None:
         for k, v in values.items():
             getattr(self, k)[t].copy_(v)

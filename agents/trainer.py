@@ -23,7 +23,7 @@ from trot.agents.capture import compiler
 from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
-                                     Comm, rank_seed)
+                                     Comm, Preemption, rank_seed)
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
 from trot.agents.periodic_eval import PeriodicEval
@@ -51,6 +51,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS):
         cfg.validate()
         torch.manual_seed(cfg.seed)
+        preempt = None
+        if cfg.preempt_fraction > 0:  # DD-PPO's: the ranks' rollouts may differ in length
+            comm = dataclasses.replace(comm, ragged=True)
+            preempt = Preemption(comm, cfg.preempt_fraction)
         self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
         dev = env.device
@@ -66,7 +70,7 @@ class Trainer:
                                           self.ac.actor.state_size)
         # plain, lagged (actor_lag) or prefetching (async_collect): agents/collect.py
         self.collector = make_collector(cfg, env, self.algo, self.ac, buffer,
-                                        rank_seed(cfg.seed + NOISE_STREAM, comm.rank))
+                                        rank_seed(cfg.seed + NOISE_STREAM, comm.rank), preempt)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(
             rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))
@@ -88,7 +92,8 @@ class Trainer:
         self.rollback.save()
         ro = self.collect()
         faults.point("rollout")  # e.g. a straggler, in the fault tests
-        self.env_steps += ro.steps * self.env.num_envs * self.comm.world_size  # all ranks
+        dev = self.env.device
+        steps = self.comm.total(ro.steps * self.env.num_envs, dev)  # [1] all ranks'
         batch = self.algo.prepare(ro)
         stats = self.algo.update(batch, self.gen, lagged=self.collector.lagged)
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
@@ -96,16 +101,16 @@ class Trainer:
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         # the env's statistics live where its physics does (the host, in Sebulba mode)
-        dev = self.env.device
         ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
         ep_vals = self.comm.merge_episode_stats(ep_vals.to(dev))  # episodes of every rank
         # e.g. the terrain curriculum's level
         task_m = {k: v.to(dev) for k, v in self.env.task.iteration_metrics().items()}
-        names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + ["finite"]
-        values = torch.cat([torch.stack(list(stats.values())), ep_vals,
-                            *(v.float()[None] for v in task_m.values()),
-                            finite.float()[None]]).tolist()  # the one host sync
+        names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + ["finite", "steps"]
+        values = torch.cat([torch.stack(list(stats.values())).double(), ep_vals.double(),
+                            *(v.double()[None] for v in task_m.values()),
+                            finite.double()[None], steps]).tolist()  # the one host sync
         m = dict(zip(names, values))
+        self.env_steps += int(m.pop("steps"))
         self.iteration += 1
         self._undo_if_nan(m.pop("finite") < 1.0)
         self.collector.after_update()  # lagged: a snapshot of the actor as it now stands

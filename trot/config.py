@@ -76,6 +76,11 @@ class TrainConfig:
     nproc: int = 1
     """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
+    preempt_fraction: float = 0.0
+    """DD-PPO's straggler preemption under nproc > 1 (0: off; DD-PPO used 0.6): once
+    ceil(F x nproc) ranks have collected their whole rollout, the others stop at their next
+    step and learn from the shorter rollout; gradients and statistics are weighted by
+    samples, and every rank makes the same number of all-reduces"""
     dist_timeout: float = 300.0
     """seconds a collective waits for the other processes before the job fails"""
     capture: str = "auto"
@@ -117,9 +122,29 @@ class TrainConfig:
                              f"update runs: it needs actor_lag=1, got actor_lag={self.actor_lag}")
         check_capture(self.capture)
         self._check_a3c()
+        self._check_preemption()
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()
+
+    def _check_preemption(self) -> None:
+        """Preemption cuts the plain collector's rollouts in data-parallel runs."""
+        f = self.preempt_fraction
+        if not 0.0 <= f <= 1.0:
+            raise ValueError(f"preempt_fraction must be in [0, 1] (0: off), got {f}")
+        if f == 0.0:
+            return
+        if self.nproc < 2:
+            raise ValueError(f"preempt_fraction {f} preempts slow ranks of a data-parallel "
+                             f"run: it needs nproc >= 2, got {self.nproc}")
+        if self.actor_lag or self.async_collect:
+            raise ValueError("preempt_fraction cuts the plain collector's rollouts; it does "
+                             "not combine with actor_lag or async_collect")
+        k = self.agent_effective.minibatches
+        if self.num_envs % k:
+            raise ValueError(f"preempt_fraction: a shortened rollout of T' steps must split "
+                             f"into {k} minibatches for every T', so num_envs "
+                             f"{self.num_envs} must divide by minibatches {k}")
 
     def _check_a3c(self) -> None:
         """A3C's workers share CPU memory and step their own envs, in one process group."""

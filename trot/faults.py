@@ -9,15 +9,17 @@ variables, read when a point is passed (never at import, so importing trot sets 
 
 A process's rank is the RANK that torchrun sets, an A3C worker's index (`set_rank`), or 0.
 
-Several entries may be given, separated by commas. Points are passed at most a few times
-per iteration (checkpoint and log writes, shutdown), never per control step.
+Several entries may be given, separated by commas. Points are passed a few times per
+iteration (checkpoint and log writes, shutdown), and one per control step (below).
 
 Points: "tmp-written-NAME" (the temporary file of NAME, e.g. checkpoint.pt, is complete, not
 yet renamed), "checkpoint-saved"
 (after checkpoint.pt's rename), "logged" (after a metrics row, before that iteration's
 checkpoint), "evaluated" (after an eval.csv row, inside the evaluation's
 pause of the training clock), "before-shutdown" (a rank is about to leave its process group),
-"rollout" (a rollout is collected, before its update: once per iteration).
+"rollout" (a rollout is collected, before its update: once per iteration), "env-step" (before
+each control step of a rollout: the one per-step point, for a slow rank; with neither variable
+set a point costs two dictionary lookups).
 """
 
 from __future__ import annotations

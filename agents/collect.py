@@ -70,6 +70,13 @@ class Collector:
     def after_update(self) -> None:
         pass
 
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """The collector's own per-iteration metrics (0-d device tensors), by logged name."""
+        return {}
+
+    def close(self) -> None:
+        """The run has ended (the decoupled actors' inbox tells them so)."""
+
     @torch.no_grad()
     def _steps(self, ro: Rollout, actor: torch.nn.Module | None) -> Rollout:
         """Steps the envs T times into `ro`, acting with `actor` (None: the learner's);

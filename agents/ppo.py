@@ -8,6 +8,7 @@ optimizer reads, updated with `torch.where`, so no minibatch waits for the host.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -113,6 +114,8 @@ class PPO:
             raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
         self._shuffled: Tensor | None = None  # [B, W] the epoch's shuffled batch (_shuffle)
+        # V-trace: the last rollout's fraction of importance weights cut to rho_bar (0-d)
+        self.rho_clipped: Tensor | None = None
         self.mirrors = mirrors if cfg.symmetry == "augment" else None
         # in the net's dtype: float32 in training; float64 in the reference test, where a
         # float32 rate alone would put the two updates 1e-8 apart instead of 1e-16
@@ -179,6 +182,7 @@ class PPO:
         if self.cfg.off_policy == "vtrace":  # log pi(a|x) of the policy about to be updated
             mean = self.ac.actor.sequence(ro.obs, ro.state0, ro.starts())  # [T, N, A]
             log_pi = self.ac.actor.dist_of(mean).log_prob(ro.actions).sum(-1)  # [T, N]
+            self.rho_clipped = (log_pi - ro.log_probs > math.log(self.cfg.rho_bar)).float().mean()
             ret, adv = vtrace(ro.rewards, ro.values, next_values, ro.terminated, ro.truncated,
                               log_pi - ro.log_probs, self.cfg.gamma, self.cfg.lam,
                               self.cfg.rho_bar, self.cfg.c_bar,
@@ -257,7 +261,8 @@ class PPO:
                 sums = torch.zeros_like(row) if sums is None else sums
                 sums += row
         sums /= cfg.epochs * cfg.minibatches
-        return dict(zip(stats, sums.unbind()))
+        out = dict(zip(stats, sums.unbind()))
+        return out if self.rho_clipped is None else out | {"rho_clipped": self.rho_clipped}
 
     def _minibatches(self, batch: Batch, gen: torch.Generator):
         """One epoch's minibatches (Batch, Sequences or None). One gather per epoch; the

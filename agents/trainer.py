@@ -19,6 +19,7 @@ import torch
 
 import trot
 from trot import faults
+from trot.agents.actors import Inbox
 from trot.agents.capture import compiler
 from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
@@ -48,7 +49,10 @@ class TrainingDiverged(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS):
+    def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS,
+                 actors: Comm | None = None):
+        """actors: the job of decoupled actors this learner (its rank 0) feeds on
+        (cfg.actors, agents/actors.py); `comm` is then the learners' own job."""
         cfg.validate()
         torch.manual_seed(cfg.seed)
         preempt = None
@@ -69,8 +73,10 @@ class Trainer:
                                           env.critic_obs_dim, env.action_dim, dev,
                                           self.ac.actor.state_size)
         # plain, lagged (actor_lag) or prefetching (async_collect): agents/collect.py
-        self.collector = make_collector(cfg, env, self.algo, self.ac, buffer,
-                                        rank_seed(cfg.seed + NOISE_STREAM, comm.rank), preempt)
+        noise_seed = rank_seed(cfg.seed + NOISE_STREAM, comm.rank)
+        self.collector = make_collector(cfg, env, self.algo, self.ac, buffer, noise_seed,
+                                        preempt) if actors is None else \
+            Inbox(cfg, env, self.algo, self.ac, buffer(), noise_seed, actors)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(
             rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))
@@ -105,9 +111,11 @@ class Trainer:
         ep_vals = self.comm.merge_episode_stats(ep_vals.to(dev))  # episodes of every rank
         # e.g. the terrain curriculum's level
         task_m = {k: v.to(dev) for k, v in self.env.task.iteration_metrics().items()}
-        names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + ["finite", "steps"]
+        own = self.collector.metrics()  # e.g. the decoupled actors' policy lag
+        names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + list(own) + [
+            "finite", "steps"]
         values = torch.cat([torch.stack(list(stats.values())).double(), ep_vals.double(),
-                            *(v.double()[None] for v in task_m.values()),
+                            *(v.double()[None] for v in [*task_m.values(), *own.values()]),
                             finite.double()[None], steps]).tolist()  # the one host sync
         m = dict(zip(names, values))
         self.env_steps += int(m.pop("steps"))
@@ -221,6 +229,7 @@ class Trainer:
                         if logger is not None:  # the logs reach disk before the checkpoint
                             logger.flush()
                         self.save(run_dir)
+                self.collector.close()
                 # still under the handlers: a Ctrl-C now is noted, not a lost last save
                 if logger is not None:
                     logger, closing = None, logger
@@ -266,28 +275,30 @@ class _StopFlag:
                 signal.signal(s, h)
 
 
-def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> Trainer:
+def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS, actors: Comm | None = None) -> Trainer:
     cfg.validate()  # before any env is built
     env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
                    rank_seed(cfg.seed + ENV_STREAM, comm.rank), cfg.env)
-    return Trainer(cfg, env, comm)
+    return Trainer(cfg, env, comm, actors)
 
 
-def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS) -> tuple[Trainer, Path]:
+def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS,
+              actors: Comm | None = None) -> tuple[Trainer, Path]:
     run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
-    trainer = build(cfg, comm)
+    trainer = build(cfg, comm, actors)
     if comm.is_main:
         write_config(run_dir, cfg)
     return trainer, run_dir
 
 
-def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None) -> Trainer:
+def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None,
+               actors: Comm | None = None) -> Trainer:
     """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg = run_config(run_dir)
     state = read_checkpoint(run_dir)
     cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
-    trainer = build(cfg, comm)
+    trainer = build(cfg, comm, actors)
     trainer.load_state_dict(state)
     return trainer
 

@@ -40,6 +40,19 @@ class EpisodeStats:
             self.unstable += n_unstable
         self._tail.masked_fill_(done[:, None], 0.0)
 
+    def take(self) -> Tensor:
+        """[4 + K]: the finished episodes' sums and the unstable count since the last take
+        or pop, then zeroed (a remote actor's, for the learner's `add`)."""
+        out = torch.cat([self.sums, self.unstable[None]])
+        self.sums.zero_()
+        self.unstable.zero_()
+        return out
+
+    def add(self, taken: Tensor) -> None:
+        """Fold another env's `take` [4 + K] in, as if its episodes had finished here."""
+        self.sums += taken[:-1]
+        self.unstable += taken[-1]
+
     def restart(self, counted: Tensor | None = None) -> None:
         """Every env starts a new episode: drop the running ones. counted: [N] bool, which
         envs' new episodes count (False: a staggered, partial one); None: all."""

@@ -172,7 +172,7 @@ def cmd_train(args: list[str]) -> int:
     import os
 
     from trot.agents.checkpoint import CheckpointError
-    from trot.agents.distributed import DistributedError, init_from_env, shutdown
+    from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
     from trot.agents.trainer import resume_run, start_run
     from trot.runs import raise_budget, run_config
 
@@ -185,20 +185,31 @@ def cmd_train(args: list[str]) -> int:
         cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
         if cfg.algo == "a3c":
             return _train_a3c(cfg, resume)
-        if cfg.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        procs = cfg.actors + 1 if cfg.actors else cfg.nproc
+        if procs > 1 and "WORLD_SIZE" not in os.environ:
             from trot.launch import launch_torchrun
 
-            return launch_torchrun(cfg.nproc, args)
-        comm, device = init_from_env(cfg.device, cfg.dist_timeout)
+            return launch_torchrun(procs, args)
+        comm, device = init_from_env("cpu" if cfg.actors else cfg.device, cfg.dist_timeout)
+        actors = None
+        if cfg.actors:  # rank 0 learns alone; the others act (agents/actors.py)
+            cfg.validate()
+            if comm.world_size != cfg.actors + 1:
+                raise ValueError(f"actors {cfg.actors} needs {cfg.actors + 1} processes "
+                                 f"(a learner and the actors), this job has {comm.world_size}")
+            if comm.rank > 0:
+                return _act(cfg, comm)
+            actors, comm, device = comm, ONE_PROCESS, cfg.device
         if resume:
-            trainer, run_dir = resume_run(Path(resume.resume), comm, device), Path(resume.resume)
+            trainer, run_dir = resume_run(Path(resume.resume), comm, device, actors), \
+                Path(resume.resume)
             trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
                                        resume.max_env_steps, resume.minutes,
                                        write=comm.is_main)
             msg = f"resuming {run_dir} at iteration {trainer.iteration}"
         else:
             cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
-            trainer, run_dir = start_run(cfg, comm)
+            trainer, run_dir = start_run(cfg, comm, actors)
             msg = f"run directory: {run_dir}"
         if comm.is_main:
             print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
@@ -217,6 +228,19 @@ def cmd_train(args: list[str]) -> int:
         if trainer.cfg.export:
             _export_after_training(run_dir)
         print(run_dir)
+    return 0
+
+
+def _act(cfg, world) -> int:
+    """An actor rank of `trot train TASK --actors K` (agents/actors.py)."""
+    from trot.agents.actors import run_actor
+    from trot.agents.distributed import DistributedError, shutdown
+
+    try:
+        run_actor(cfg, world)
+    except DistributedError as e:
+        return _fail(str(e))
+    shutdown()
     return 0
 
 

@@ -70,6 +70,14 @@ class TrainConfig:
     Factory's double buffering); it acts with the parameters one update old, so it needs
     actor_lag=1, and trains exactly as actor_lag=1 does. Torch uses torch_threads then,
     for acting and the update alike, since both run beside MuJoCo's threads"""
+    actors: int = 0
+    """decoupled actor processes (IMPALA; 0: none): torchrun runs this learner as rank 0 and
+    K actor ranks, each stepping num_envs envs (cpu sim) with its own copy of the actor and
+    sending its rollouts over gloo; the learner corrects for their lag as agent.off_policy
+    says (vtrace: IMPALA's), and logs it (policy_lag). agents/actors.py"""
+    actor_sync: bool = False
+    """actors: each actor waits for the update that learns from its rollout before acting
+    again (no overlap, no lag); with one actor, exactly the synchronous run"""
     workers: int = 0
     """a3c: worker processes, each with its own num_envs envs and an equal share of the
     cores (0: one per core this process may use); only --algo a3c takes it"""
@@ -123,6 +131,7 @@ class TrainConfig:
         check_capture(self.capture)
         self._check_a3c()
         self._check_preemption()
+        self._check_actors()
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()
@@ -145,6 +154,25 @@ class TrainConfig:
             raise ValueError(f"preempt_fraction: a shortened rollout of T' steps must split "
                              f"into {k} minibatches for every T', so num_envs "
                              f"{self.num_envs} must divide by minibatches {k}")
+
+    def _check_actors(self) -> None:
+        """Decoupled actors: one learner, actors stepping MuJoCo C, no other collector."""
+        if self.actors < 0:
+            raise ValueError(f"actors must be >= 0 (0: none), got {self.actors}")
+        if self.actor_sync and not self.actors:
+            raise ValueError("actor_sync makes decoupled actors wait for each update: it "
+                             "needs actors >= 1")
+        if not self.actors:
+            return
+        clashes = {"nproc": self.nproc != 1, "sim": self.sim != "cpu",
+                   "actor_lag": self.actor_lag != 0, "async_collect": self.async_collect,
+                   "preempt_fraction": self.preempt_fraction != 0, "algo": self.algo == "a3c"}
+        bad = [f"{k} {getattr(self, k)!r}" for k, clash in clashes.items() if clash]
+        if bad:
+            raise ValueError(f"actors {self.actors} (one learner fed by actor processes that "
+                             "step MuJoCo C) does not take " + ", ".join(bad) + "; accepted: "
+                             "nproc 1, sim cpu, actor_lag 0, no async_collect or preemption, "
+                             "algo ppo or a2c")
 
     def _check_a3c(self) -> None:
         """A3C's workers share CPU memory and step their own envs, in one process group."""

@@ -1,0 +1,231 @@
+"""Decoupled actors (IMPALA, Espeholt et al., 2018): `trot train TASK --actors K`.
+
+torchrun runs K + 1 processes (`--actors K` launches it on one machine; on a cluster,
+`torchrun --nnodes ... -m trot train TASK --actors K` with K + 1 processes in all). Rank 0
+learns; ranks 1..K act. What crosses is CPU tensors, point to point over gloo:
+
+  actor k (rank k)                               learner (rank 0)
+    its copy of the actor, normalizer included     inbox thread: receive a rollout from any
+    T steps of its num_envs envs (cpu sim)  --->     actor; queue it (at most K wait: a full
+    [version | episode sums | rollout]               queue holds the actors back, as IMPALA's)
+                                            <---     reply at once: the newest parameters
+    load them: no wait for the update in flight      published [version | stop | actor state]
+                                                   trainer (agents/trainer.py), unchanged:
+                                                     V(s_t), GAE or V-trace, the update on the
+                                                     rollout's behaviour log-probs, publish
+
+The learner is the ordinary Trainer whose collector is the inbox (`Inbox`): it hands out the
+actors' rollouts in arrival order, one per iteration, and publishes the actor after each
+update. The rollout is `lagged` (PPO recomputes the pre-update means for its KL), and the
+policy lag, the updates between the parameters an actor acted with and the learner's, is
+logged per iteration (`policy_lag`).
+
+`actor_sync`: the inbox replies only after the update that learns from the rollout, so an
+actor never acts ahead. With one actor this is the synchronous single-process run, bitwise
+on the cpu backend (the actor's env and noise streams are the single run's): the test that
+the plumbing moves the right data.
+
+An actor that dies ends the job: torchrun stops the other ranks, `trot train` names the
+rank and its last lines, and the last checkpoint stays loadable. The learner cannot tell a
+dead actor from a slow one without a timeout, and a job quietly running on fewer actors
+than it was started with would change its lag and speed unasked. Resume restores the
+learner (network, optimizer, counters, its streams); the actors start new episodes, seeded
+from the version they first receive. Asynchrony makes it not bitwise.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import fields
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from trot import faults
+from trot.agents.collect import Collector
+from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, DistributedError, rank_seed
+from trot.agents.networks import ActorCritic
+from trot.agents.ppo import PPO
+from trot.agents.storage import Rollout
+from trot.config import TrainConfig
+from trot.tasks.registry import make_env
+
+RESEED = 7_919  # an actor's env seed moves by RESEED per published version it starts from
+_STOP, _UPDATED = "stop", "updated"
+
+
+class Wire:
+    """A rollout of T steps of N envs as one float32 message: [version, episode sums and
+    unstable count (E), each Rollout field flattened, in field order]."""
+
+    def __init__(self, template: Rollout, stats: int):
+        self.fields = [(f.name, getattr(template, f.name).shape,
+                        getattr(template, f.name).dtype) for f in fields(Rollout)]
+        self.stats = stats
+        self.size = 1 + stats + sum(math.prod(s) for _, s, _ in self.fields)
+
+    def pack(self, ro: Rollout, version: int, stats: Tensor) -> Tensor:
+        return torch.cat([torch.tensor([float(version)]), stats.float().cpu(),
+                          *(getattr(ro, name).float().flatten().cpu()
+                            for name, _, _ in self.fields)])
+
+    def unpack(self, buf: Tensor, device: torch.device) -> tuple[Rollout, int, Tensor]:
+        """(the rollout on `device`, the version it acted with, its episode sums)."""
+        parts, at = [], 1 + self.stats
+        for _, shape, dtype in self.fields:
+            x = buf[at:at + math.prod(shape)].view(shape)
+            parts.append((x > 0.5 if dtype == torch.bool else x.to(dtype)).to(device))
+            at += math.prod(shape)
+        return Rollout(*parts), int(buf[0]), buf[1:1 + self.stats].to(device)
+
+
+class Published:
+    """The actor's state (parameters and normalizer buffers) as one float64 message
+    [version, stop, state...]: float32 and float64 values both travel exactly."""
+
+    def __init__(self, actor: torch.nn.Module):
+        self.actor = actor
+        self.state = list(actor.state_dict().values())
+        self.buf = torch.zeros(2 + sum(t.numel() for t in self.state), dtype=torch.float64)
+
+    def write(self, version: int) -> Tensor:
+        """Publish the actor as it stands now (the learner's thread, between updates)."""
+        self.buf[0], self.buf[1] = version, 0.0
+        torch.cat([t.detach().double().flatten().cpu() for t in self.state], out=self.buf[2:])
+        return self.buf
+
+    def read(self) -> tuple[int, bool]:
+        """Load buf into the actor; (version, stop)."""
+        at = 2
+        with torch.no_grad():
+            for t in self.state:
+                t.copy_(self.buf[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+        return int(self.buf[0]), bool(self.buf[1])
+
+
+class Inbox(Collector):
+    """The learner's collector: the actors' rollouts, in arrival order, one per iteration.
+    A thread receives them and replies with the published actor (after the update that
+    learns from it, under actor_sync)."""
+
+    lagged = True
+
+    def __init__(self, cfg: TrainConfig, env, algo: PPO, ac: ActorCritic, storage: Rollout,
+                 noise_seed: int, world: Comm):
+        super().__init__(cfg, env, algo, ac, storage, noise_seed)
+        self.lagged, self.k = not cfg.actor_sync, world.world_size - 1
+        env.reset()
+        env.step(torch.zeros(env.num_envs, env.action_dim, device=env.device))
+        env.stats.take()  # that step fixed the reward terms' order; the sums are the actors'
+        self.wire = Wire(storage, len(env.reward_terms) + 4)
+        self.version, self.lag = 0, 0  # version: updates so far (a resumed run's iteration)
+        self.published, self.lock = Published(ac.actor), threading.Lock()
+        self.rollouts: queue.Queue = queue.Queue(maxsize=self.k)
+        self.done: queue.Queue = queue.Queue()  # actor_sync: the learner's "updated"
+        self.stopping, self.error = threading.Event(), None
+        self.thread = threading.Thread(target=self._serve, name="trot-inbox", daemon=True)
+
+    def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
+        super().load_state_dict(mine, checkpoint)
+        self.version = checkpoint["iteration"]
+
+    def _start(self) -> None:
+        """Every actor starts from the learner's parameters (after a resume's load)."""
+        buf = self.published.write(self.version)
+        for rank in range(1, self.k + 1):
+            dist.send(buf, dst=rank)
+        self.thread.start()
+
+    def collect(self) -> Rollout:
+        if self.thread.ident is None:
+            self._start()
+        while True:
+            if self.error is not None:
+                raise DistributedError(f"the learner's inbox failed: {self.error}")
+            try:
+                buf = self.rollouts.get(timeout=1.0)
+                break
+            except queue.Empty:
+                continue
+        ro, version, sums = self.wire.unpack(buf, self.env.device)
+        self.env.stats.add(sums)
+        self.lag = self.version - version
+        return ro
+
+    def metrics(self) -> dict[str, Tensor]:
+        return {"policy_lag": torch.tensor(float(self.lag), device=self.env.device)}
+
+    def after_update(self) -> None:
+        self.version += 1
+        with self.lock:
+            self.published.write(self.version)
+        if not self.lagged:
+            self.done.put(_UPDATED)
+
+    def close(self) -> None:
+        """Tell every actor to stop (each at its next rollout), then join the thread."""
+        if self.thread.ident is None:  # never started: the actors wait for a first message
+            self.stopping.set()
+            buf = self.published.write(self.version)
+            buf[1] = 1.0
+            for rank in range(1, self.k + 1):
+                dist.send(buf, dst=rank)
+            return
+        self.stopping.set()
+        self.done.put(_STOP)
+        while self.thread.is_alive():  # a full queue would hold the thread in put()
+            try:
+                self.rollouts.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self.thread.join()
+
+    def _serve(self) -> None:
+        try:
+            told: set[int] = set()
+            while len(told) < self.k:
+                buf = torch.empty(self.wire.size)
+                src = dist.recv(buf)  # from any actor
+                stop = self.stopping.is_set()
+                if not stop:
+                    self.rollouts.put(buf)
+                    if not self.lagged:  # actor_sync: reply after its update
+                        stop = self.done.get() == _STOP
+                with self.lock:  # the snapshot after_update wrote, stop flagged
+                    self.published.buf[1] = float(stop)
+                    dist.send(self.published.buf, dst=src)
+                if stop:
+                    told.add(src)
+        except Exception as e:  # noqa: BLE001 - reported by collect() on the learner
+            self.error = e
+
+
+def run_actor(cfg: TrainConfig, world: Comm) -> None:
+    """An actor rank's life: the first parameters, then rollouts until told to stop."""
+    a, k, cpu = cfg.agent_effective, world.rank - 1, torch.device("cpu")
+    probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
+    ac = ActorCritic(probe.obs_dim, probe.critic_obs_dim, probe.action_dim, a)
+    published = Published(ac.actor)
+    dist.recv(published.buf, src=0)
+    version, stop = published.read()
+    env = make_env(cfg.task, cfg.num_envs, "cpu", cpu,
+                   rank_seed(cfg.seed + ENV_STREAM + RESEED * version, k), cfg.env)
+    storage = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
+                               env.critic_obs_dim, env.action_dim, cpu,
+                               ac.actor.state_size)
+    collector = Collector(cfg, env, PPO(ac, a, cpu), ac, storage,
+                          rank_seed(cfg.seed + NOISE_STREAM + RESEED * version, k))
+    env.reset(stagger=cfg.stagger_start)
+    wire = None
+    while not stop:
+        ro = collector.collect()
+        faults.point("rollout")  # e.g. a slow actor, in the lag tests
+        sums = env.stats.take()
+        wire = wire or Wire(storage, sums.numel())
+        dist.send(wire.pack(ro, version, sums), dst=0)
+        dist.recv(published.buf, src=0)
+        version, stop = published.read()

@@ -97,11 +97,11 @@ class Published:
         torch.cat([t.detach().double().flatten().cpu() for t in self.state], out=self.buf[2:])
         return self.buf
 
-    def read(self) -> tuple[int, bool]:
-        """Load buf into the actor; (version, stop)."""
+    def read(self, into: torch.nn.Module | None = None) -> tuple[int, bool]:
+        """Load buf into the actor (or `into`, a copy of it); (version, stop)."""
         at = 2
         with torch.no_grad():
-            for t in self.state:
+            for t in (self.state if into is None else into.state_dict().values()):
                 t.copy_(self.buf[at:at + t.numel()].view(t.shape))
                 at += t.numel()
         return int(self.buf[0]), bool(self.buf[1])
@@ -147,11 +147,10 @@ class Inbox(Collector):
             if self.error is not None:
                 raise DistributedError(f"the learner's inbox failed: {self.error}")
             try:
-                buf = self.rollouts.get(timeout=1.0)
+                ro, version, sums = self.rollouts.get(timeout=1.0)
                 break
             except queue.Empty:
                 continue
-        ro, version, sums = self.wire.unpack(buf, self.env.device)
         self.env.stats.add(sums)
         self.lag = self.version - version
         return ro
@@ -167,14 +166,9 @@ class Inbox(Collector):
             self.done.put(_UPDATED)
 
     def close(self) -> None:
-        """Tell every actor to stop (each at its next rollout), then join the thread."""
-        if self.thread.ident is None:  # never started: the actors wait for a first message
-            self.stopping.set()
-            buf = self.published.write(self.version)
-            buf[1] = 1.0
-            for rank in range(1, self.k + 1):
-                dist.send(buf, dst=rank)
-            return
+        """Tell every actor to stop (each at its next message), then join the thread."""
+        if self.thread.ident is None:  # never started: the actors wait for a first reply
+            self._start()
         self.stopping.set()
         self.done.put(_STOP)
         while self.thread.is_alive():  # a full queue would hold the thread in put()
@@ -192,7 +186,7 @@ class Inbox(Collector):
                 src = dist.recv(buf)  # from any actor
                 stop = self.stopping.is_set()
                 if not stop:
-                    self.rollouts.put(buf)
+                    self.rollouts.put(self.wire.unpack(buf, self.env.device))
                     if not self.lagged:  # actor_sync: reply after its update
                         stop = self.done.get() == _STOP
                 with self.lock:  # the snapshot after_update wrote, stop flagged

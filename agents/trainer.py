@@ -21,6 +21,7 @@ import trot
 from trot import faults
 from trot.agents.actors import Inbox
 from trot.agents.capture import compiler
+from trot.agents.central import CentralInbox
 from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
@@ -76,7 +77,8 @@ class Trainer:
         noise_seed = rank_seed(cfg.seed + NOISE_STREAM, comm.rank)
         self.collector = make_collector(cfg, env, self.algo, self.ac, buffer, noise_seed,
                                         preempt) if actors is None else \
-            Inbox(cfg, env, self.algo, self.ac, buffer(), noise_seed, actors)
+            (CentralInbox if cfg.central_inference else Inbox)(
+                cfg, env, self.algo, self.ac, buffer(), noise_seed, actors)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(
             rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))

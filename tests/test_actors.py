@@ -38,16 +38,18 @@ def _rows(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_one_synced_actor_is_the_synchronous_run_bitwise(tmp_path):
+@pytest.mark.parametrize("central", [False, True])
+def test_one_synced_actor_is_the_synchronous_run_bitwise(tmp_path, central):
     """The learner fed by one actor that waits for each update ends with the weights,
     normalizers, PopArt statistics and Adam state of the single-process run, bit for bit.
     Catches a rollout field packed in the wrong place, the actor acting with parameters one
     update old (or without the normalizer the learner just moved), and env or noise streams
-    other than the single run's."""
+    other than the single run's. With central inference the learner acts: catches a step's
+    outcome written to the wrong step, or a memory not reset where an episode ended."""
     budget = ["--max-env-steps", str(16 * 8 * 6)]
     _trot(["train", *SMALL, *budget, "--run-dir", str(tmp_path / "one")], tmp_path)
     _trot(["train", *SMALL, *budget, "--actors", "1", "--actor-sync", "--run-dir",
-           str(tmp_path / "actor")], tmp_path)
+           str(tmp_path / "actor"), *(["--central-inference"] if central else [])], tmp_path)
     one, actor = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)
                   for d in ("one", "actor"))
     assert one["iteration"] == actor["iteration"] == 6
@@ -87,7 +89,8 @@ def test_an_actor_learns_cartpole_balance(tmp_path):
 @pytest.mark.parametrize("change, msg", [
     ({"actors": 2, "nproc": 2}, "does not take nproc 2"),
     ({"actors": 1, "async_collect": True, "actor_lag": 1}, "does not take actor_lag 1"),
-    ({"actor_sync": True}, "needs actors >= 1"),
+    ({"actor_sync": True}, "need actors >= 1"),
+    ({"central_inference": True}, "need actors >= 1"),
 ])
 def test_actor_settings_are_checked(change, msg):
     with pytest.raises(ValueError, match=msg):

@@ -234,10 +234,11 @@ def cmd_train(args: list[str]) -> int:
 def _act(cfg, world) -> int:
     """An actor rank of `trot train TASK --actors K` (agents/actors.py)."""
     from trot.agents.actors import run_actor
+    from trot.agents.central import run_central_actor
     from trot.agents.distributed import DistributedError, shutdown
 
     try:
-        run_actor(cfg, world)
+        (run_central_actor if cfg.central_inference else run_actor)(cfg, world)
     except DistributedError as e:
         return _fail(str(e))
     shutdown()

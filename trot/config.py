@@ -75,6 +75,9 @@ class TrainConfig:
     K actor ranks, each stepping num_envs envs (cpu sim) with its own copy of the actor and
     sending its rollouts over gloo; the learner corrects for their lag as agent.off_policy
     says (vtrace: IMPALA's), and logs it (policy_lag). agents/actors.py"""
+    central_inference: bool = False
+    """actors: the learner acts for them (SEED RL): an actor sends each step's observations
+    and receives its actions, so no parameters travel (agents/central.py)"""
     actor_sync: bool = False
     """actors: each actor waits for the update that learns from its rollout before acting
     again (no overlap, no lag); with one actor, exactly the synchronous run"""
@@ -159,9 +162,9 @@ class TrainConfig:
         """Decoupled actors: one learner, actors stepping MuJoCo C, no other collector."""
         if self.actors < 0:
             raise ValueError(f"actors must be >= 0 (0: none), got {self.actors}")
-        if self.actor_sync and not self.actors:
-            raise ValueError("actor_sync makes decoupled actors wait for each update: it "
-                             "needs actors >= 1")
+        if (self.actor_sync or self.central_inference) and not self.actors:
+            raise ValueError("actor_sync and central_inference are settings of decoupled "
+                             "actors: they need actors >= 1")
         if not self.actors:
             return
         clashes = {"nproc": self.nproc != 1, "sim": self.sim != "cpu",

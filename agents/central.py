@@ -1,0 +1,173 @@
+"""SEED RL's central inference (Espeholt et al., 2020) for the decoupled actors:
+`trot train TASK --actors K --central-inference`. The actors only step their envs; the
+learner acts for them, so no parameters travel and the policy runs where the learner's
+device is.
+
+  actor k                                              learner (rank 0), inbox thread
+    send [first | obs_t | critic obs_t | the last   --->  write step t-1's outcome and step t's
+         step's reward, terminated, truncated,              observations into actor k's rollout;
+         final critic obs | episode sums]                   a rollout of T steps is complete:
+                                                            queue it (after its update, under
+                                                            actor_sync); act on obs_t with the
+    recv [stop | action_t]; step its envs           <---    published actor and actor k's own
+                                                            noise stream and memory
+
+Each step of a rollout may be acted by a newer published actor; its behaviour log-probs
+and means are those of the actor that acted, and the rollout's `policy_lag` counts from the
+oldest. With one actor under actor_sync the run is the single-process run bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from trot.agents.actors import Inbox
+from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
+from trot.agents.networks import reset_state
+from trot.agents.storage import Rollout
+from trot.config import TrainConfig
+from trot.tasks.registry import make_env
+
+
+class StepWire:
+    """One control step of an actor's N envs as one float32 message (see the module)."""
+
+    def __init__(self, n: int, obs: int, critic: int, stats: int):
+        self.parts = {"first": 1, "obs": n * obs, "critic_obs": n * critic, "rewards": n,
+                      "terminated": n, "truncated": n, "final_critic_obs": n * critic,
+                      "sums": stats}
+        self.shapes = {"obs": (n, obs), "critic_obs": (n, critic),
+                       "final_critic_obs": (n, critic)}
+        self.size = sum(self.parts.values())
+
+    def pack(self, **x: Tensor) -> Tensor:
+        return torch.cat([x[k].float().flatten() for k in self.parts])
+
+    def unpack(self, buf: Tensor) -> dict[str, Tensor]:
+        out, at = {}, 0
+        for k, size in self.parts.items():
+            v = buf[at:at + size]
+            out[k] = v.view(self.shapes[k]) if k in self.shapes else v
+            at += size
+        for k in ("terminated", "truncated"):
+            out[k] = out[k] > 0.5
+        return out
+
+
+class _Acting:
+    """The learner's acting state for one actor: its rollout being written, the step,
+    its noise stream and memory, the oldest version acting in it and its episode sums."""
+
+    def __init__(self, storage: Rollout, seed: int, state: Tensor, stats: int):
+        self.ro, self.t = storage, 0
+        self.gen = torch.Generator(device=state.device).manual_seed(seed)
+        self.state, self.version = state, 0
+        self.sums = torch.zeros(stats, device=state.device)
+
+
+class CentralInbox(Inbox):
+    """The inbox that acts for its actors (see the module)."""
+
+    def __init__(self, cfg: TrainConfig, env, algo, ac, storage: Rollout, noise_seed: int,
+                 world: Comm):
+        super().__init__(cfg, env, algo, ac, storage, noise_seed, world)
+        self.step_wire = StepWire(env.num_envs, env.obs_dim, env.critic_obs_dim,
+                                  self.wire.stats)
+        self.acting_actor, self.acting_version = copy.deepcopy(ac.actor), -1
+        self.acting = {rank: _Acting(
+            Rollout.allocate(storage.steps, env.num_envs, env.obs_dim, env.critic_obs_dim,
+                             env.action_dim, env.device, ac.actor.state_size),
+            rank_seed(cfg.seed + NOISE_STREAM, rank - 1),
+            ac.actor.initial_state(env.num_envs, env.device), self.wire.stats)
+            for rank in range(1, self.k + 1)}
+
+    def _start(self) -> None:
+        self.published.write(self.version)  # what acts first (after a resume's load)
+        self.thread.start()  # the actors speak first
+
+    def _serve(self) -> None:
+        try:
+            told: set[int] = set()
+            while len(told) < self.k:
+                buf = torch.empty(self.step_wire.size)
+                src = dist.recv(buf)
+                stop = self.stopping.is_set() or not self._record(src, buf)
+                reply = torch.zeros(1 + self.env.num_envs * self.env.action_dim)
+                if stop:
+                    told.add(src)
+                    reply[0] = 1.0
+                else:
+                    reply[1:] = self._act(src, self.step_wire.unpack(buf)).flatten().cpu()
+                dist.send(reply, dst=src)
+        except Exception as e:  # noqa: BLE001 - reported by collect() on the learner
+            self.error = e
+
+    def _record(self, src: int, buf: Tensor) -> bool:
+        """Step t-1's outcome into actor src's rollout; a complete rollout is queued.
+        False: the learner stopped while waiting for that rollout's update."""
+        a, m = self.acting[src], self.step_wire.unpack(buf.to(self.env.device))
+        a.sums += m["sums"]
+        if m["first"][0] > 0.5:
+            return True
+        a.ro.write(a.t - 1, rewards=m["rewards"], terminated=m["terminated"],
+                   truncated=m["truncated"], final_critic_obs=m["final_critic_obs"])
+        if a.state.shape[1]:  # a new episode's memory starts from zero
+            a.state = reset_state(a.state, m["terminated"] | m["truncated"])
+        if a.t < a.ro.steps:
+            return True
+        ro = Rollout(*(x.clone() for x in a.ro.state_dict().values()))
+        self.rollouts.put((ro, a.version, a.sums.clone()))
+        a.t, a.sums = 0, torch.zeros_like(a.sums)
+        return self.lagged or self.done.get() != "stop"  # actor_sync: after its update
+
+    @torch.no_grad()
+    def _act(self, src: int, m: dict[str, Tensor]) -> Tensor:
+        """Actor src's action at its step t, by the newest published actor; [N, A]."""
+        a = self.acting[src]
+        with self.lock:
+            if self.acting_version != self.version:  # published since: load it
+                self.published.read(self.acting_actor)
+                self.acting_version = self.version
+        obs, critic = m["obs"].to(self.env.device), m["critic_obs"].to(self.env.device)
+        if a.t == 0:
+            a.ro.state0.copy_(a.state)
+            a.version = self.acting_version
+        action, log_prob, mean, a.state = self.algo.act(obs, self.acting_actor, a.gen, a.state)
+        a.ro.write(a.t, obs=obs, critic_obs=critic, actions=action, log_probs=log_prob,
+                   action_mean=mean)
+        a.t += 1
+        return action
+
+
+def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
+    """A central-inference actor: its envs only; the learner acts."""
+    k, cpu = world.rank - 1, torch.device("cpu")
+    probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
+    probe.reset()
+    probe.step(torch.zeros(1, probe.action_dim))  # fixes the reward terms: the sums' size
+    env = make_env(cfg.task, cfg.num_envs, "cpu", cpu, rank_seed(cfg.seed + ENV_STREAM, k),
+                   cfg.env)
+    env.reset(stagger=cfg.stagger_start)
+    wire = StepWire(env.num_envs, env.obs_dim, env.critic_obs_dim,
+                    len(probe.reward_terms) + 4)
+    n, zeros = env.num_envs, torch.zeros(env.num_envs)
+    reply = torch.empty(1 + n * env.action_dim)
+    res = None
+    while True:
+        obs = env.obs
+        sums = env.stats.take() if env.reward_terms else torch.zeros(wire.parts["sums"])
+        dist.send(wire.pack(
+            first=torch.tensor([float(res is None)]), obs=obs.policy, critic_obs=obs.critic,
+            rewards=zeros if res is None else res.reward,
+            terminated=zeros if res is None else res.terminated,
+            truncated=zeros if res is None else res.truncated,
+            final_critic_obs=obs.critic if res is None else res.final_obs.critic,
+            sums=sums), dst=0)
+        dist.recv(reply, src=0)
+        if reply[0] > 0.5:
+            return
+        res = env.step(reply[1:].view(n, env.action_dim).clone())

@@ -2,9 +2,9 @@
 question): cartpole-balance over learning rates spread across two orders of magnitude,
 A3C against A2C with the same total envs, rollout length and wall-clock budget.
 
-    python benchmarks/a3c_robustness.py --out docs/data/a3c_robustness/runs.csv
-    python benchmarks/a3c_robustness.py --out docs/data/a3c_robustness/runs.csv --resume
-    python benchmarks/a3c_robustness.py --out docs/data/a3c_robustness/runs.csv --table
+    python benchmarks/a3c_robustness.py --out-dir docs/data/a3c_robustness
+    python benchmarks/a3c_robustness.py --out-dir docs/data/a3c_robustness --resume
+    python benchmarks/a3c_robustness.py --out-dir docs/data/a3c_robustness --table
 
 Each (algo, rate, seed) is one `trot train` of --seconds of training wall-clock (the
 workers' start-up and the envs' build excluded, as a run's own clock excludes them):
@@ -12,9 +12,10 @@ workers' start-up and the envs' build excluded, as a run's own clock excludes th
   a2c  --algo a2c, W * E envs in one process (trot's A2C: Adam)
 both with --agent.rollout-steps T (the paper's t_max = 5). Then `trot eval` plays 32
 episodes with the deterministic policy; a pair succeeds at >= 95% of the maximum return
-(500). Rows land in the CSV as each run ends; --resume skips the rows already there. The
-table: per algo, the fraction of (rate, seed) pairs that succeeded, and the return per
-rate (the median over seeds). benchmarks/plots.py draws docs/img/a3c_robustness.png.
+(500). Rows land in OUT_DIR/{a3c,a2c}_seedK.csv as each run ends (one row per rate);
+--resume skips the runs already there. The table: per algo, the fraction of (rate, seed)
+pairs that succeeded, and each rate's median return over the seeds. benchmarks/plots.py
+draws docs/img/a3c_robustness.png from those files.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-FIELDS = ("algo", "learning_rate", "seed", "mean_return", "env_steps", "success")
+FIELDS = ("learning_rate", "mean_return", "env_steps", "success")
 MAX_RETURN = 500.0
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="CSV of one row per run")
+    p.add_argument("--out-dir", type=Path, required=True, help="the CSVs' folder")
     p.add_argument("--rates", type=int, default=10, help="learning rates, log-spaced")
     p.add_argument("--low", type=float, default=1e-4, help="lowest learning rate")
     p.add_argument("--high", type=float, default=1e-2, help="highest learning rate")
@@ -81,18 +82,22 @@ def one(a: argparse.Namespace, algo: str, lr: float, seed: int) -> dict:
             "env_steps": int(ev["env_steps"]), "success": int(ret >= 0.95 * MAX_RETURN)}
 
 
-def read(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def read(out_dir: Path) -> list[dict]:
+    """Every run in OUT_DIR, each row with its algo and seed."""
+    rows = []
+    for path in sorted(out_dir.glob("*_seed*.csv")):
+        algo, _, seed = path.stem.partition("_seed")
+        with open(path, newline="") as f:
+            rows += [r | {"algo": algo, "seed": int(seed)} for r in csv.DictReader(f)]
+    return rows
 
 
-def append(path: Path, row: dict) -> None:
+def append(out_dir: Path, row: dict) -> None:
+    path = out_dir / f"{row['algo']}_seed{row['seed']}.csv"
     new = not path.is_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
+        w = csv.DictWriter(f, FIELDS, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerow(row)
@@ -120,20 +125,19 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     a = parse()
     if not a.table:
-        done = {(r["algo"], float(r["learning_rate"]), int(r["seed"]))
-                for r in read(a.out)} if a.resume else set()
-        if not a.resume and a.out.exists():
-            raise SystemExit(f"{a.out} exists: give --resume to continue it")
+        done = {(r["algo"], float(r["learning_rate"]), r["seed"]) for r in read(a.out_dir)}
+        if done and not a.resume:
+            raise SystemExit(f"{a.out_dir} holds runs: give --resume to continue them")
         for seed in a.seeds:  # the algos interleaved, run by run
             for lr in rates(a):
                 for algo in ("a3c", "a2c"):
                     if (algo, lr, seed) in done:
                         continue
                     row = one(a, algo, lr, seed)
-                    append(a.out, row)
+                    append(a.out_dir, row)
                     print(f"{algo} lr {lr:.3g} seed {seed}: return {row['mean_return']} "
                           f"after {row['env_steps'] / 1e6:.2f} M env steps", flush=True)
-    print(table(read(a.out)))
+    print(table(read(a.out_dir)))
 
 
 if __name__ == "__main__":

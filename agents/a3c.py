@@ -227,7 +227,8 @@ class A3C:
             require_keys(state, STATE_KEYS, "the a3c checkpoint")
             self.ac.load_state_dict(state["model"])
             opt = shared_rmsprop(params, a.learning_rate, self.rms)
-            opt.load_state_dict(state["optimizer"])  # copies into self.rms's tensors
+            opt.load_state_dict(state["optimizer"])  # new state tensors: adopt them
+            self.rms = [opt.state[p] for p in params]
             self.iteration, self.env_steps = state["iteration"], state["env_steps"]
             self.wall_s, self.nan_updates = state["wall_s"], state["nan_updates"]
             self.resumes = state["resumes"] + 1

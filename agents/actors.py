@@ -54,7 +54,7 @@ from trot.config import TrainConfig
 from trot.tasks.registry import make_env
 
 RESEED = 7_919  # an actor's env seed moves by RESEED per published version it starts from
-_STOP, _UPDATED = "stop", "updated"
+STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
 class Wire:
@@ -163,14 +163,14 @@ class Inbox(Collector):
         with self.lock:
             self.published.write(self.version)
         if not self.lagged:
-            self.done.put(_UPDATED)
+            self.done.put(UPDATED)
 
     def close(self) -> None:
         """Tell every actor to stop (each at its next message), then join the thread."""
         if self.thread.ident is None:  # never started: the actors wait for a first reply
             self._start()
         self.stopping.set()
-        self.done.put(_STOP)
+        self.done.put(STOP)
         while self.thread.is_alive():  # a full queue would hold the thread in put()
             try:
                 self.rollouts.get(timeout=0.1)
@@ -188,7 +188,7 @@ class Inbox(Collector):
                 if not stop:
                     self.rollouts.put(self.wire.unpack(buf, self.env.device))
                     if not self.lagged:  # actor_sync: reply after its update
-                        stop = self.done.get() == _STOP
+                        stop = self.done.get() == STOP
                 with self.lock:  # the snapshot after_update wrote, stop flagged
                     self.published.buf[1] = float(stop)
                     dist.send(self.published.buf, dst=src)

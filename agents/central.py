@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot.agents.actors import Inbox
+from trot.agents.actors import STOP, Inbox
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
@@ -122,7 +122,7 @@ class CentralInbox(Inbox):
         ro = Rollout(*(x.clone() for x in a.ro.state_dict().values()))
         self.rollouts.put((ro, a.version, a.sums.clone()))
         a.t, a.sums = 0, torch.zeros_like(a.sums)
-        return self.lagged or self.done.get() != "stop"  # actor_sync: after its update
+        return self.lagged or self.done.get() != STOP  # actor_sync: after its update
 
     @torch.no_grad()
     def _act(self, src: int, m: dict[str, Tensor]) -> Tensor:

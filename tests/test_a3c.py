@@ -67,6 +67,25 @@ def test_shared_rmsprop_is_one_optimizer_across_workers():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_a3c_checkpoint_restores_the_shared_rmsprop_state():
+    """A resumed A3C run steps on from the saved RMSProp statistics. Catches a resume that
+    loads them into tensors the workers never see (torch's load_state_dict makes new ones)
+    and restarts RMSProp from zero."""
+    from trot.agents.a3c import A3C
+
+    cfg = TrainConfig(algo="a3c", workers=2, num_envs=8)
+    run = A3C(cfg)
+    for st in run.rms:
+        st["square_avg"].uniform_(0.1, 1.0)
+        st["step"].fill_(7.0)
+    state = run.state_dict()
+    again = A3C(cfg, state)
+    assert again.resumes == 1
+    for a, b in zip(run.rms, again.rms):
+        assert torch.equal(a["square_avg"], b["square_avg"]) and float(b["step"]) == 7.0
+        assert b["square_avg"].is_shared()
+
+
 @pytest.mark.parametrize("change, named", [
     ({"device": "cuda"}, "device"), ({"nproc": 2}, "nproc"), ({"eval_every": 5}, "eval_every"),
     ({"actor_lag": 1}, "actor_lag"), ({"capture": "inductor"}, "capture"),

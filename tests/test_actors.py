@@ -38,27 +38,36 @@ def _rows(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+BUDGET = ["--max-env-steps", str(16 * 8 * 6)]
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory) -> Path:
+    """The synchronous single-process run both actor variants must reproduce."""
+    d = tmp_path_factory.mktemp("single")
+    _trot(["train", *SMALL, *BUDGET, "--run-dir", str(d / "one")], d)
+    return d / "one"
+
+
 @pytest.mark.parametrize("central", [False, True])
-def test_one_synced_actor_is_the_synchronous_run_bitwise(tmp_path, central):
+def test_one_synced_actor_is_the_synchronous_run_bitwise(tmp_path, single_run, central):
     """The learner fed by one actor that waits for each update ends with the weights,
     normalizers, PopArt statistics and Adam state of the single-process run, bit for bit.
     Catches a rollout field packed in the wrong place, the actor acting with parameters one
     update old (or without the normalizer the learner just moved), and env or noise streams
     other than the single run's. With central inference the learner acts: catches a step's
     outcome written to the wrong step, or a memory not reset where an episode ended."""
-    budget = ["--max-env-steps", str(16 * 8 * 6)]
-    _trot(["train", *SMALL, *budget, "--run-dir", str(tmp_path / "one")], tmp_path)
-    _trot(["train", *SMALL, *budget, "--actors", "1", "--actor-sync", "--run-dir",
+    _trot(["train", *SMALL, *BUDGET, "--actors", "1", "--actor-sync", "--run-dir",
            str(tmp_path / "actor"), *(["--central-inference"] if central else [])], tmp_path)
-    one, actor = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True)
-                  for d in ("one", "actor"))
+    one, actor = (torch.load(d / "checkpoint.pt", weights_only=True)
+                  for d in (single_run, tmp_path / "actor"))
     assert one["iteration"] == actor["iteration"] == 6
     for k, v in one["model"].items():
         assert torch.equal(v, actor["model"][k]), k
     for k, v in one["algo"]["optimizer"]["state"].items():
         for name, t in v.items():
             assert torch.equal(t, actor["algo"]["optimizer"]["state"][k][name]), (k, name)
-    a, b = _rows(tmp_path / "one"), _rows(tmp_path / "actor")
+    a, b = _rows(single_run), _rows(tmp_path / "actor")
     assert [r["loss/value"] for r in a] == [r["loss/value"] for r in b]
     assert {r["policy_lag"] for r in b} == {"0"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import os
 import statistics
 import subprocess
@@ -137,7 +138,7 @@ def _iteration_s(run: Path) -> float:
     """The median seconds per iteration past the first two (start-up, first episodes)."""
     with open(run / "metrics.csv", newline="") as f:
         wall = [float(r["wall_s"]) for r in csv.DictReader(f)]
-    return statistics.median(b - a for a, b in zip(wall[2:], wall[3:]))
+    return statistics.median(b - a for a, b in itertools.pairwise(wall[2:]))
 
 
 def _cli_run(tmp_path: Path, name: str, delay: str, preempt: float) -> Path:

@@ -21,9 +21,11 @@ head against each other's statistics.
 The main process owns the run directory: it logs every update a worker reports (one row
 each in metrics.csv, with the worker's index), writes the checkpoint every
 checkpoint_every updates and at the end, and stops the workers at the budget or on Ctrl-C /
-SIGTERM. A worker that dies stops the run: the others finish their update, the checkpoint
-is written, and the error names the worker and its exit code. Carrying on with fewer
-workers would change the run's speed and recorded settings without anyone asking.
+SIGTERM. A worker that dies (exits with an error) stops the run: the others finish their
+update, the checkpoint is written, and the error names the worker and its exit code.
+Carrying on with fewer workers would change the run's speed and recorded settings without
+anyone asking. MAX_CONSECUTIVE_NAN updates per worker in a row whose gradients were all
+non-finite stop it too (TrainingDiverged), with the last checkpoint kept as it was.
 
 Resume continues from the shared parameters, RMSProp's statistics and the counters; the
 envs start new episodes (from seeds that differ per resume), as rsl_rl's resume does. It is
@@ -51,6 +53,7 @@ from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
+from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged, _StopFlag
 from trot.config import TrainConfig, to_json
 from trot.runs import CHECKPOINT, raise_budget, read_checkpoint, run_config
 from trot.sim.base import available_cpus
@@ -222,6 +225,7 @@ class A3C:
         params = list(self.ac.parameters())
         self.rms = new_rmsprop_state(params)
         self.iteration = self.env_steps = self.nan_updates = self.resumes = 0
+        self._dropped_in_a_row = 0
         self.wall_s = 0.0
         if state is not None:
             require_keys(state, STATE_KEYS, "the a3c checkpoint")
@@ -238,8 +242,8 @@ class A3C:
                 t.share_memory_()
 
     def state_dict(self) -> dict:
-        opt = shared_rmsprop(list(self.ac.parameters()), self.cfg.agent.learning_rate,
-                             self.rms)
+        opt = shared_rmsprop(list(self.ac.parameters()),
+                             self.cfg.agent_effective.learning_rate, self.rms)
         return {"model": self.ac.state_dict(), "optimizer": opt.state_dict(),
                 "iteration": self.iteration, "env_steps": self.env_steps,
                 "wall_s": self.wall_s, "nan_updates": self.nan_updates,
@@ -247,8 +251,18 @@ class A3C:
                 "trot_version": trot.__version__}
 
     def save(self, run_dir: Path, lock: Any) -> None:
-        with lock:  # the statistics whole; the parameters as Hogwild leaves them
-            state = self.state_dict()
+        """A copy taken under the lock (the statistics whole; the parameters as Hogwild
+        leaves them), then written. A lock still held after `terminate()` killed its
+        holder is not waited for: the copy is taken without it, and said so."""
+        held = lock.acquire(timeout=10.0)
+        try:
+            state = _cloned(self.state_dict())
+        finally:
+            if held:
+                lock.release()
+        if not held:
+            print("trot: a3c: the statistics lock was not released (a worker was killed "
+                  "holding it); the checkpoint was copied without it", flush=True)
         save_checkpoint(run_dir / CHECKPOINT, state)
 
     def done(self) -> bool:
@@ -258,7 +272,6 @@ class A3C:
 
     def train(self, run_dir: Path, quiet: bool = False) -> Path:
         """Start the workers, log their reports, checkpoint, stop them at the budget."""
-        from trot.agents.trainer import _StopFlag
         from trot.launch import _tasks_flags
 
         ctx, k = mp.get_context("spawn"), worker_count(self.cfg)
@@ -279,7 +292,8 @@ class A3C:
                     time.sleep(0.05)
                 start, since = time.monotonic() - self.wall_s, (time.monotonic(),
                                                                 self.env_steps)
-                shared.go.set()
+                if not stop.requested:
+                    shared.go.set()
                 while not (self.done() or stop.requested):
                     _check_alive(procs, run_dir)
                     try:
@@ -287,6 +301,11 @@ class A3C:
                     except queue.Empty:
                         continue
                     self._log(report, logger, start, since, quiet)
+                    if self._dropped_in_a_row >= MAX_CONSECUTIVE_NAN * k:
+                        raise TrainingDiverged(
+                            f"the last {self._dropped_in_a_row} worker updates all had "
+                            "NaN/Inf gradients (the shared parameters have diverged); "
+                            "stopped with the last good checkpoint kept")
                     if self.iteration % self.cfg.checkpoint_every == 0:
                         logger.flush()
                         self.save(run_dir, shared.lock)
@@ -303,7 +322,8 @@ class A3C:
                         p.terminate()
                     break
             logger.close()
-            self.save(run_dir, shared.lock)
+            if self._dropped_in_a_row < MAX_CONSECUTIVE_NAN * k:  # diverged: keep the last
+                self.save(run_dir, shared.lock)
         if stop.requested:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)
@@ -317,7 +337,9 @@ class A3C:
         now = time.monotonic()
         self.iteration += 1
         self.env_steps, self.wall_s = max(self.env_steps, steps), now - start
-        self.nan_updates += int(m.pop("nan_updates"))
+        dropped = int(m.pop("nan_updates"))
+        self.nan_updates += dropped
+        self._dropped_in_a_row = (self._dropped_in_a_row + 1) if dropped else 0
         m |= {"iteration": self.iteration, "env_steps": self.env_steps, "worker": k,
               "wall_s": self.wall_s, "nan_updates": self.nan_updates,
               "steps_per_s": (self.env_steps - since[1]) / max(now - since[0], 1e-9)}
@@ -345,3 +367,10 @@ def resume_a3c(run_dir: Path, max_env_steps: int | None = None,
     run.cfg = raise_budget(run_dir, run.cfg, run.env_steps, run.wall_s, max_env_steps,
                            minutes)
     return run
+
+
+def _cloned(tree):
+    """Every tensor of a checkpoint's tree copied (shared tensors move on under Hogwild)."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)

@@ -57,9 +57,18 @@ RESEED = 7_919  # an actor's env seed moves by RESEED per published version it s
 STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
+def report(env, n_sums: int) -> Tensor:
+    """An actor's env report [n_sums + M]: its episode sums and unstable count since the
+    last report (zeros before its first step), then its task's iteration metrics (the
+    terrain curriculum's level: its envs', which the learner's idle env cannot know)."""
+    sums = env.stats.take() if env.reward_terms else torch.zeros(n_sums)
+    task = [v.float().reshape(1).cpu() for v in env.task.iteration_metrics().values()]
+    return torch.cat([sums.cpu(), *task])
+
+
 class Wire:
-    """A rollout of T steps of N envs as one float32 message: [version, episode sums and
-    unstable count (E), each Rollout field flattened, in field order]."""
+    """A rollout of T steps of N envs as one float32 message: [version, the actor's env
+    report (E: `report`), each Rollout field flattened, in field order]."""
 
     def __init__(self, template: Rollout, stats: int):
         self.fields = [(f.name, getattr(template, f.name).shape,
@@ -73,7 +82,7 @@ class Wire:
                             for name, _, _ in self.fields)])
 
     def unpack(self, buf: Tensor, device: torch.device) -> tuple[Rollout, int, Tensor]:
-        """(the rollout on `device`, the version it acted with, its episode sums)."""
+        """(the rollout on `device`, the version it acted with, the env report)."""
         parts, at = [], 1 + self.stats
         for _, shape, dtype in self.fields:
             x = buf[at:at + math.prod(shape)].view(shape)
@@ -121,7 +130,10 @@ class Inbox(Collector):
         env.reset()
         env.step(torch.zeros(env.num_envs, env.action_dim, device=env.device))
         env.stats.take()  # that step fixed the reward terms' order; the sums are the actors'
-        self.wire = Wire(storage, len(env.reward_terms) + 4)
+        self.n_sums, self.task_names = len(env.reward_terms) + 4, list(
+            env.task.iteration_metrics())
+        self.task_vals = torch.zeros(len(self.task_names), device=env.device)
+        self.wire = Wire(storage, self.n_sums + len(self.task_names))
         self.version, self.lag = 0, 0  # version: updates so far (a resumed run's iteration)
         self.published, self.lock = Published(ac.actor), threading.Lock()
         self.rollouts: queue.Queue = queue.Queue(maxsize=self.k)
@@ -147,20 +159,25 @@ class Inbox(Collector):
             if self.error is not None:
                 raise DistributedError(f"the learner's inbox failed: {self.error}")
             try:
-                ro, version, sums = self.rollouts.get(timeout=1.0)
+                ro, version, rep = self.rollouts.get(timeout=1.0)
                 break
             except queue.Empty:
                 continue
-        self.env.stats.add(sums)
+        self.env.stats.add(rep[:self.n_sums])
+        self.task_vals = rep[self.n_sums:]
         self.lag = self.version - version
         return ro
 
     def metrics(self) -> dict[str, Tensor]:
         return {"policy_lag": torch.tensor(float(self.lag), device=self.env.device)}
 
+    def task_metrics(self) -> dict[str, Tensor]:
+        """The last rollout's actor's (a resumed run's curriculum restarts in its actors)."""
+        return dict(zip(self.task_names, self.task_vals))
+
     def after_update(self) -> None:
-        self.version += 1
-        with self.lock:
+        with self.lock:  # the version and its parameters change as one
+            self.version += 1
             self.published.write(self.version)
         if not self.lagged:
             self.done.put(UPDATED)
@@ -177,6 +194,8 @@ class Inbox(Collector):
             except queue.Empty:
                 pass
         self.thread.join()
+        if self.error is not None:  # e.g. an actor died during the last exchange
+            raise DistributedError(f"the learner's inbox failed: {self.error}")
 
     def _serve(self) -> None:
         try:
@@ -218,8 +237,8 @@ def run_actor(cfg: TrainConfig, world: Comm) -> None:
     while not stop:
         ro = collector.collect()
         faults.point("rollout")  # e.g. a slow actor, in the lag tests
-        sums = env.stats.take()
-        wire = wire or Wire(storage, sums.numel())
-        dist.send(wire.pack(ro, version, sums), dst=0)
+        rep = report(env, 0)
+        wire = wire or Wire(storage, rep.numel())
+        dist.send(wire.pack(ro, version, rep), dst=0)
         dist.recv(published.buf, src=0)
         version, stop = published.read()

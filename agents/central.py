@@ -6,7 +6,7 @@ device is.
   actor k                                              learner (rank 0), inbox thread
     send [first | obs_t | critic obs_t | the last   --->  write step t-1's outcome and step t's
          step's reward, terminated, truncated,              observations into actor k's rollout;
-         final critic obs | episode sums]                   a rollout of T steps is complete:
+         final critic obs | env report]                     a rollout of T steps is complete:
                                                             queue it (after its update, under
                                                             actor_sync); act on obs_t with the
     recv [stop | action_t]; step its envs           <---    published actor and actor k's own
@@ -14,7 +14,9 @@ device is.
 
 Each step of a rollout may be acted by a newer published actor; its behaviour log-probs
 and means are those of the actor that acted, and the rollout's `policy_lag` counts from the
-oldest. With one actor under actor_sync the run is the single-process run bit for bit.
+oldest. With one actor under actor_sync the run is the single-process run bit for bit. Before the first step
+the learner tells each actor the version the run stands at, which seeds its envs and the
+noise stream kept for it (a resumed run's actors start new episodes).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot.agents.actors import STOP, Inbox
+from trot.agents.actors import RESEED, STOP, Inbox, report
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
@@ -39,7 +41,7 @@ class StepWire:
     def __init__(self, n: int, obs: int, critic: int, stats: int):
         self.parts = {"first": 1, "obs": n * obs, "critic_obs": n * critic, "rewards": n,
                       "terminated": n, "truncated": n, "final_critic_obs": n * critic,
-                      "sums": stats}
+                      "report": stats}
         self.shapes = {"obs": (n, obs), "critic_obs": (n, critic),
                        "final_critic_obs": (n, critic)}
         self.size = sum(self.parts.values())
@@ -60,13 +62,14 @@ class StepWire:
 
 class _Acting:
     """The learner's acting state for one actor: its rollout being written, the step,
-    its noise stream and memory, the oldest version acting in it and its episode sums."""
+    its noise stream and memory, the oldest version acting in it, its episode sums and
+    its task's last iteration metrics."""
 
-    def __init__(self, storage: Rollout, seed: int, state: Tensor, stats: int):
+    def __init__(self, storage: Rollout, state: Tensor, sums: int):
         self.ro, self.t = storage, 0
-        self.gen = torch.Generator(device=state.device).manual_seed(seed)
+        self.gen = torch.Generator(device=state.device)  # seeded by CentralInbox._start
         self.state, self.version = state, 0
-        self.sums = torch.zeros(stats, device=state.device)
+        self.sums, self.task = torch.zeros(sums, device=state.device), None
 
 
 class CentralInbox(Inbox):
@@ -78,16 +81,22 @@ class CentralInbox(Inbox):
         self.step_wire = StepWire(env.num_envs, env.obs_dim, env.critic_obs_dim,
                                   self.wire.stats)
         self.acting_actor, self.acting_version = copy.deepcopy(ac.actor), -1
+        self.seed = cfg.seed
         self.acting = {rank: _Acting(
             Rollout.allocate(storage.steps, env.num_envs, env.obs_dim, env.critic_obs_dim,
                              env.action_dim, env.device, ac.actor.state_size),
-            rank_seed(cfg.seed + NOISE_STREAM, rank - 1),
-            ac.actor.initial_state(env.num_envs, env.device), self.wire.stats)
+            ac.actor.initial_state(env.num_envs, env.device), self.n_sums)
             for rank in range(1, self.k + 1)}
 
     def _start(self) -> None:
-        self.published.write(self.version)  # what acts first (after a resume's load)
-        self.thread.start()  # the actors speak first
+        """Each actor learns the version its envs start from (after a resume's load, the
+        run's iteration: their streams and the noise kept here move on with it)."""
+        self.published.write(self.version)  # what acts first
+        for rank, a in self.acting.items():
+            a.gen.manual_seed(rank_seed(self.seed + NOISE_STREAM + RESEED * self.version,
+                                        rank - 1))
+            dist.send(torch.tensor([float(self.version)]), dst=rank)
+        self.thread.start()  # then the actors speak first
 
     def _serve(self) -> None:
         try:
@@ -110,7 +119,8 @@ class CentralInbox(Inbox):
         """Step t-1's outcome into actor src's rollout; a complete rollout is queued.
         False: the learner stopped while waiting for that rollout's update."""
         a, m = self.acting[src], self.step_wire.unpack(buf.to(self.env.device))
-        a.sums += m["sums"]
+        a.sums += m["report"][:self.n_sums]
+        a.task = m["report"][self.n_sums:]
         if m["first"][0] > 0.5:
             return True
         a.ro.write(a.t - 1, rewards=m["rewards"], terminated=m["terminated"],
@@ -120,7 +130,7 @@ class CentralInbox(Inbox):
         if a.t < a.ro.steps:
             return True
         ro = Rollout(*(x.clone() for x in a.ro.state_dict().values()))
-        self.rollouts.put((ro, a.version, a.sums.clone()))
+        self.rollouts.put((ro, a.version, torch.cat([a.sums, a.task])))
         a.t, a.sums = 0, torch.zeros_like(a.sums)
         return self.lagged or self.done.get() != STOP  # actor_sync: after its update
 
@@ -149,24 +159,26 @@ def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     probe.reset()
     probe.step(torch.zeros(1, probe.action_dim))  # fixes the reward terms: the sums' size
-    env = make_env(cfg.task, cfg.num_envs, "cpu", cpu, rank_seed(cfg.seed + ENV_STREAM, k),
-                   cfg.env)
+    hello = torch.zeros(1)
+    dist.recv(hello, src=0)  # the version the run stands at
+    env = make_env(cfg.task, cfg.num_envs, "cpu", cpu,
+                   rank_seed(cfg.seed + ENV_STREAM + RESEED * int(hello[0]), k), cfg.env)
     env.reset(stagger=cfg.stagger_start)
+    n_sums = len(probe.reward_terms) + 4
     wire = StepWire(env.num_envs, env.obs_dim, env.critic_obs_dim,
-                    len(probe.reward_terms) + 4)
+                    n_sums + len(env.task.iteration_metrics()))
     n, zeros = env.num_envs, torch.zeros(env.num_envs)
     reply = torch.empty(1 + n * env.action_dim)
     res = None
     while True:
         obs = env.obs
-        sums = env.stats.take() if env.reward_terms else torch.zeros(wire.parts["sums"])
         dist.send(wire.pack(
             first=torch.tensor([float(res is None)]), obs=obs.policy, critic_obs=obs.critic,
             rewards=zeros if res is None else res.reward,
             terminated=zeros if res is None else res.terminated,
             truncated=zeros if res is None else res.truncated,
             final_critic_obs=obs.critic if res is None else res.final_obs.critic,
-            sums=sums), dst=0)
+            report=report(env, n_sums)), dst=0)
         dist.recv(reply, src=0)
         if reply[0] > 0.5:
             return

@@ -74,6 +74,10 @@ class Collector:
         """The collector's own per-iteration metrics (0-d device tensors), by logged name."""
         return {}
 
+    def task_metrics(self) -> dict[str, torch.Tensor]:
+        """The task's iteration metrics (the terrain level) of the envs that collected."""
+        return self.env.task.iteration_metrics()
+
     def close(self) -> None:
         """The run has ended (the decoupled actors' inbox tells them so)."""
 

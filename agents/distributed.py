@@ -222,11 +222,12 @@ def pin_gpu(local_rank: int, visible: str | None) -> str:
 
 def pin_cpus(local_rank: int, local_world: int) -> None:
     """Give each local rank an equal share of this process's cores (the cpu sim sizes its
-    thread pool from the affinity), so ranks do not fight over cores."""
+    thread pool from the affinity), so ranks do not fight over cores. With more ranks than
+    cores, the ranks take the cores in turn (rank r: core r mod cores)."""
     cores = sorted(os.sched_getaffinity(0))
     share = max(1, len(cores) // local_world)
-    mine = cores[local_rank * share:(local_rank + 1) * share] or cores[-share:]
-    os.sched_setaffinity(0, mine)
+    start = local_rank * share % len(cores)
+    os.sched_setaffinity(0, cores[start:start + share])
 
 
 def init_from_env(device: str, timeout_s: float) -> tuple[Comm, str]:

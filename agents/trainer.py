@@ -112,7 +112,7 @@ class Trainer:
         ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
         ep_vals = self.comm.merge_episode_stats(ep_vals.to(dev))  # episodes of every rank
         # e.g. the terrain curriculum's level
-        task_m = {k: v.to(dev) for k, v in self.env.task.iteration_metrics().items()}
+        task_m = {k: v.to(dev) for k, v in self.collector.task_metrics().items()}
         own = self.collector.metrics()  # e.g. the decoupled actors' policy lag
         names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + list(own) + [
             "finite", "steps"]

@@ -443,3 +443,20 @@ def test_resuming_with_another_process_count_is_refused():
     with pytest.raises(ValueError, match=r"run of 2 processes and this job has 1: .*"
                                          r"torchrun --nproc_per_node=2 -m trot train --resume"):
         other.load_state_dict(state)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two cores")
+def test_more_ranks_than_cores_take_the_cores_in_turn():
+    """Four A3C workers (or local ranks) on two cores: each gets one core, in turn. Catches
+    every rank past the core count piling onto the last core."""
+    code = ("import os\nfrom trot.agents.distributed import pin_cpus\n"
+            "cores = sorted(os.sched_getaffinity(0))[:2]\nout = []\n"
+            "for r in range(4):\n"
+            "    os.sched_setaffinity(0, cores)\n    pin_cpus(r, 4)\n"
+            "    out.append(cores.index(min(os.sched_getaffinity(0))))\n"
+            "print(*out)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["0", "1", "0", "1"]

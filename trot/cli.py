@@ -239,8 +239,8 @@ def _act(cfg, world) -> int:
 
     try:
         (run_central_actor if cfg.central_inference else run_actor)(cfg, world)
-    except DistributedError as e:
-        return _fail(str(e))
+    except (DistributedError, RuntimeError) as e:  # gloo's own errors are RuntimeErrors
+        return _fail(f"actor rank {world.rank}: the learner is gone or failed: {e}")
     shutdown()
     return 0
 

@@ -168,14 +168,16 @@ class TrainConfig:
         if not self.actors:
             return
         clashes = {"nproc": self.nproc != 1, "sim": self.sim != "cpu",
+                   "device": self.device != "cpu",
                    "actor_lag": self.actor_lag != 0, "async_collect": self.async_collect,
                    "preempt_fraction": self.preempt_fraction != 0, "algo": self.algo == "a3c"}
         bad = [f"{k} {getattr(self, k)!r}" for k, clash in clashes.items() if clash]
         if bad:
             raise ValueError(f"actors {self.actors} (one learner fed by actor processes that "
                              "step MuJoCo C) does not take " + ", ".join(bad) + "; accepted: "
-                             "nproc 1, sim cpu, actor_lag 0, no async_collect or preemption, "
-                             "algo ppo or a2c")
+                             "nproc 1, sim cpu, device cpu (a CUDA learner is not built "
+                             "yet), actor_lag 0, no async_collect or preemption, algo ppo "
+                             "or a2c")
 
     def _check_a3c(self) -> None:
         """A3C's workers share CPU memory and step their own envs, in one process group."""

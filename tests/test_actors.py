@@ -85,12 +85,21 @@ def test_a_slow_actor_lags_and_vtrace_truncates_its_weights(tmp_path):
     assert max(float(r["rho_clipped"]) for r in rows) > 0
 
 
-def test_an_actor_learns_cartpole_balance(tmp_path):
+def test_an_actor_learns_cartpole_balance_through_a_resume(tmp_path):
     """`trot train cartpole-balance --actors 1 --max-env-steps 400000 --no-export`, the
-    command of the issue: the run learns, and trot eval loads it."""
+    command of the issue, in two halves: the learner resumes from its checkpoint (its log
+    continues without a repeated iteration, the actor starts anew), the run learns, and
+    trot eval loads it. Catches a resume that loses the learner's state or hangs the
+    actors waiting for their first parameters."""
     run = tmp_path / "run"
-    _trot(["train", TASK, "--actors", "1", "--max-env-steps", "400000", "--no-export",
+    _trot(["train", TASK, "--actors", "1", "--max-env-steps", "200000", "--no-export",
            "--run-dir", str(run)], tmp_path)
+    first = len(_rows(run))
+    p = _trot(["train", "--resume", str(run), "--max-env-steps", "400000"], tmp_path)
+    assert f"resuming {run} at iteration {first}" in p.stdout
+    rows = _rows(run)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert len(rows) > first and int(rows[-1]["env_steps"]) >= 400_000
     out = json.loads(_trot(["eval", str(run), "--episodes", "16", "--json"], tmp_path).stdout)
     assert out["mean_return"] >= 0.8 * 500, out
 

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import math
 import queue
+import signal
 import threading
+import time
 from dataclasses import fields
 
 import torch
@@ -54,6 +56,7 @@ from trot.config import TrainConfig
 from trot.tasks.registry import make_env
 
 RESEED = 7_919  # an actor's env seed moves by RESEED per published version it starts from
+GRACE_S = 10.0  # after a stop signal, how long the learner still waits for a rollout
 STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
@@ -153,13 +156,24 @@ class Inbox(Collector):
         self.thread.start()
 
     def collect(self) -> Rollout:
+        """The next rollout to arrive. A stop signal (Ctrl-C, or torchrun's SIGTERM when an
+        actor died) while waiting: the actors, which ignore signals, have GRACE_S to send
+        one more; if none comes, an actor is gone, and DistributedError ends the run."""
         if self.thread.ident is None:
             self._start()
+        signalled = None
         while True:
             if self.error is not None:
                 raise DistributedError(f"the learner's inbox failed: {self.error}")
+            if signalled is None and self.interrupted():
+                signalled = time.monotonic()
+            if signalled is not None and time.monotonic() - signalled > GRACE_S:
+                raise DistributedError(
+                    f"stopped while waiting for the actors' rollouts: none came within "
+                    f"{GRACE_S:.0f} s, so an actor has died (torchrun names it) or hangs. The "
+                    "last checkpoint is intact")
             try:
-                ro, version, rep = self.rollouts.get(timeout=1.0)
+                ro, version, rep = self.rollouts.get(timeout=0.5)
                 break
             except queue.Empty:
                 continue
@@ -217,8 +231,16 @@ class Inbox(Collector):
             self.error = e
 
 
+def ignore_signals() -> None:
+    """An actor stops when the learner says so: Ctrl-C and SIGTERM reach the learner, which
+    finishes its iteration, tells each actor at its next message, and checkpoints."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+
+
 def run_actor(cfg: TrainConfig, world: Comm) -> None:
     """An actor rank's life: the first parameters, then rollouts until told to stop."""
+    ignore_signals()
     a, k, cpu = cfg.agent_effective, world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     ac = ActorCritic(probe.obs_dim, probe.critic_obs_dim, probe.action_dim, a)

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot.agents.actors import RESEED, STOP, Inbox, report
+from trot.agents.actors import RESEED, STOP, Inbox, ignore_signals, report
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
@@ -155,6 +155,7 @@ class CentralInbox(Inbox):
 
 def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
     """A central-inference actor: its envs only; the learner acts."""
+    ignore_signals()
     k, cpu = world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     probe.reset()

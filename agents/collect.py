@@ -52,6 +52,8 @@ class Collector:
                  storage: Rollout, noise_seed: int, preempt: Preemption | None = None):
         self.cfg, self.env, self.algo, self.ac, self.storage = cfg, env, algo, ac, storage
         self.preempt = preempt  # DD-PPO's: a straggler's rollout is cut short
+        # whether a stop was asked for (the trainer's signal flag, set while it trains)
+        self.interrupted: Callable[[], bool] = lambda: False
         # action noise: an explicit, checkpointed generator on the device (each rank its
         # own stream), so a resumed run draws what the straight one would, on a GPU too
         self.noise_gen = torch.Generator(device=env.device).manual_seed(noise_seed)

@@ -207,6 +207,7 @@ class Trainer:
         stop = _StopFlag()
         start = time.monotonic() - self.wall_s
         last = (time.monotonic(), self.env_steps)
+        self.collector.interrupted = lambda: bool(stop.requested)
         try:
             with stop.installed():
                 # ranks agree on stopping (clocks and signals differ between processes)

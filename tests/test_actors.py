@@ -10,13 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from trot.config import TrainConfig
-from trot.faults import DELAY_ENV
+from trot.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
 
 TASK = "cartpole-balance"
 SMALL = [TASK, "--num-envs", "16", "--agent.rollout-steps", "8", "--agent.minibatches", "2",
@@ -102,6 +103,21 @@ def test_an_actor_learns_cartpole_balance_through_a_resume(tmp_path):
     assert len(rows) > first and int(rows[-1]["env_steps"]) >= 400_000
     out = json.loads(_trot(["eval", str(run), "--episodes", "16", "--json"], tmp_path).stdout)
     assert out["mean_return"] >= 0.8 * 500, out
+
+
+def test_a_dead_actor_ends_the_job_naming_it(tmp_path):
+    """Actor rank 1 crashes at its second rollout: the job ends (the learner is not left
+    waiting for rollouts that will never come) and names the rank and its exit code."""
+    env = {k: v for k, v in os.environ.items() if k != DELAY_ENV}
+    env[CRASH_ENV] = "rollout:2:1"
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "trot", "train", *SMALL, "--actors", "1",
+                        "--max-env-steps", str(10**9), "--run-dir", str(tmp_path / "run")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+                       check=False)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert f"rank 1 exited with code {CRASH_EXIT}" in p.stderr, p.stderr[-3000:]
+    assert time.monotonic() - t0 < 120
 
 
 @pytest.mark.parametrize("change, msg", [

@@ -263,6 +263,10 @@ class A3C:
         if not held:
             print("trot: a3c: the statistics lock was not released (a worker was killed "
                   "holding it); the checkpoint was copied without it", flush=True)
+        if not all(bool(t.isfinite().all()) for t in state["model"].values()
+                   if t.is_floating_point()):
+            raise TrainingDiverged("the shared parameters hold NaN/Inf (an overflowing "
+                                   "step); the last checkpoint was kept, not overwritten")
         save_checkpoint(run_dir / CHECKPOINT, state)
 
     def done(self) -> bool:

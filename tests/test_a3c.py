@@ -86,6 +86,25 @@ def test_a3c_checkpoint_restores_the_shared_rmsprop_state():
         assert b["square_avg"].is_shared()
 
 
+def test_a3c_never_overwrites_its_checkpoint_with_diverged_parameters(tmp_path):
+    """Catches a save that writes NaN parameters over the last good checkpoint (Hogwild
+    has no rollback: a step that overflows reaches the shared parameters)."""
+    import threading
+
+    from trot.agents.a3c import A3C
+    from trot.agents.trainer import TrainingDiverged
+
+    run = A3C(TrainConfig(algo="a3c", workers=2, num_envs=8))
+    lock = threading.Lock()
+    run.save(tmp_path, lock)
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    with torch.no_grad():
+        next(run.ac.parameters())[0] = float("nan")
+    with pytest.raises(TrainingDiverged, match="last checkpoint was kept"):
+        run.save(tmp_path, lock)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+
+
 @pytest.mark.parametrize("change, named", [
     ({"device": "cuda"}, "device"), ({"nproc": 2}, "nproc"), ({"eval_every": 5}, "eval_every"),
     ({"actor_lag": 1}, "actor_lag"), ({"capture": "inductor"}, "capture"),

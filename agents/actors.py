@@ -60,6 +60,14 @@ GRACE_S = 10.0  # after a stop signal, how long the learner still waits for a ro
 STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
+def traffic() -> dist.ProcessGroup:
+    """The learner's and actors' own gloo group, made by every rank once before any
+    message. Point-to-point messages on the default group would share tag 0 with the
+    first collective of a rank that has run none: an actor told to stop enters
+    shutdown's monitored barrier, whose message the inbox would take for a rollout."""
+    return dist.new_group(backend="gloo")
+
+
 def report(env, n_sums: int) -> Tensor:
     """An actor's env report [n_sums + M]: its episode sums and unstable count since the
     last report (zeros before its first step), then its task's iteration metrics (the
@@ -143,6 +151,7 @@ class Inbox(Collector):
         self.done: queue.Queue = queue.Queue()  # actor_sync: the learner's "updated"
         self.stopping, self.error = threading.Event(), None
         self.thread = threading.Thread(target=self._serve, name="trot-inbox", daemon=True)
+        self.group = traffic()
 
     def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
         super().load_state_dict(mine, checkpoint)
@@ -152,7 +161,7 @@ class Inbox(Collector):
         """Every actor starts from the learner's parameters (after a resume's load)."""
         buf = self.published.write(self.version)
         for rank in range(1, self.k + 1):
-            dist.send(buf, dst=rank)
+            dist.send(buf, dst=rank, group=self.group)
         self.thread.start()
 
     def collect(self) -> Rollout:
@@ -216,7 +225,7 @@ class Inbox(Collector):
             told: set[int] = set()
             while len(told) < self.k:
                 buf = torch.empty(self.wire.size)
-                src = dist.recv(buf)  # from any actor
+                src = dist.recv(buf, group=self.group)  # from any actor
                 stop = self.stopping.is_set()
                 if not stop:
                     self.rollouts.put(self.wire.unpack(buf, self.env.device))
@@ -224,7 +233,7 @@ class Inbox(Collector):
                         stop = self.done.get() == STOP
                 with self.lock:  # the snapshot after_update wrote, stop flagged
                     self.published.buf[1] = float(stop)
-                    dist.send(self.published.buf, dst=src)
+                    dist.send(self.published.buf, dst=src, group=self.group)
                 if stop:
                     told.add(src)
         except Exception as e:  # noqa: BLE001 - reported by collect() on the learner
@@ -241,11 +250,12 @@ def ignore_signals() -> None:
 def run_actor(cfg: TrainConfig, world: Comm) -> None:
     """An actor rank's life: the first parameters, then rollouts until told to stop."""
     ignore_signals()
+    group = traffic()
     a, k, cpu = cfg.agent_effective, world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     ac = ActorCritic(probe.obs_dim, probe.critic_obs_dim, probe.action_dim, a)
     published = Published(ac.actor)
-    dist.recv(published.buf, src=0)
+    dist.recv(published.buf, src=0, group=group)
     version, stop = published.read()
     env = make_env(cfg.task, cfg.num_envs, "cpu", cpu,
                    rank_seed(cfg.seed + ENV_STREAM + RESEED * version, k), cfg.env)
@@ -261,6 +271,6 @@ def run_actor(cfg: TrainConfig, world: Comm) -> None:
         faults.point("rollout")  # e.g. a slow actor, in the lag tests
         rep = report(env, 0)
         wire = wire or Wire(storage, rep.numel())
-        dist.send(wire.pack(ro, version, rep), dst=0)
-        dist.recv(published.buf, src=0)
+        dist.send(wire.pack(ro, version, rep), dst=0, group=group)
+        dist.recv(published.buf, src=0, group=group)
         version, stop = published.read()

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot.agents.actors import RESEED, STOP, Inbox, ignore_signals, report
+from trot.agents.actors import RESEED, STOP, Inbox, ignore_signals, report, traffic
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
@@ -95,7 +95,7 @@ class CentralInbox(Inbox):
         for rank, a in self.acting.items():
             a.gen.manual_seed(rank_seed(self.seed + NOISE_STREAM + RESEED * self.version,
                                         rank - 1))
-            dist.send(torch.tensor([float(self.version)]), dst=rank)
+            dist.send(torch.tensor([float(self.version)]), dst=rank, group=self.group)
         self.thread.start()  # then the actors speak first
 
     def _serve(self) -> None:
@@ -103,7 +103,7 @@ class CentralInbox(Inbox):
             told: set[int] = set()
             while len(told) < self.k:
                 buf = torch.empty(self.step_wire.size)
-                src = dist.recv(buf)
+                src = dist.recv(buf, group=self.group)
                 stop = self.stopping.is_set() or not self._record(src, buf)
                 reply = torch.zeros(1 + self.env.num_envs * self.env.action_dim)
                 if stop:
@@ -111,7 +111,7 @@ class CentralInbox(Inbox):
                     reply[0] = 1.0
                 else:
                     reply[1:] = self._act(src, self.step_wire.unpack(buf)).flatten().cpu()
-                dist.send(reply, dst=src)
+                dist.send(reply, dst=src, group=self.group)
         except Exception as e:  # noqa: BLE001 - reported by collect() on the learner
             self.error = e
 
@@ -156,12 +156,13 @@ class CentralInbox(Inbox):
 def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
     """A central-inference actor: its envs only; the learner acts."""
     ignore_signals()
+    group = traffic()
     k, cpu = world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     probe.reset()
     probe.step(torch.zeros(1, probe.action_dim))  # fixes the reward terms: the sums' size
     hello = torch.zeros(1)
-    dist.recv(hello, src=0)  # the version the run stands at
+    dist.recv(hello, src=0, group=group)  # the version the run stands at
     env = make_env(cfg.task, cfg.num_envs, "cpu", cpu,
                    rank_seed(cfg.seed + ENV_STREAM + RESEED * int(hello[0]), k), cfg.env)
     env.reset(stagger=cfg.stagger_start)
@@ -179,8 +180,8 @@ def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
             terminated=zeros if res is None else res.terminated,
             truncated=zeros if res is None else res.truncated,
             final_critic_obs=obs.critic if res is None else res.final_obs.critic,
-            report=report(env, n_sums)), dst=0)
-        dist.recv(reply, src=0)
+            report=report(env, n_sums)), dst=0, group=group)
+        dist.recv(reply, src=0, group=group)
         if reply[0] > 0.5:
             return
         res = env.step(reply[1:].view(n, env.action_dim).clone())

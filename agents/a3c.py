@@ -270,9 +270,7 @@ class A3C:
         save_checkpoint(run_dir / CHECKPOINT, state)
 
     def done(self) -> bool:
-        c = self.cfg
-        return self.env_steps >= c.max_env_steps or (c.minutes > 0 and
-                                                      self.wall_s >= 60 * c.minutes)
+        return self.cfg.spent(self.env_steps, self.wall_s)
 
     def train(self, run_dir: Path, quiet: bool = False) -> Path:
         """Start the workers, log their reports, checkpoint, stop them at the budget."""

@@ -190,9 +190,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def done(self) -> bool:
-        c = self.cfg
-        return self.env_steps >= c.max_env_steps or (c.minutes > 0 and
-                                                      self.wall_s >= 60 * c.minutes)
+        return self.cfg.spent(self.env_steps, self.wall_s)
 
     def train(self, run_dir: Path, quiet: bool = False) -> Path:
         main = self.comm.is_main

@@ -110,6 +110,11 @@ class TrainConfig:
         """The settings the update actually runs with (A2C folds into PPO here)."""
         return self.agent.as_a2c() if self.algo in ("a2c", "a3c") else self.agent
 
+    def spent(self, env_steps: int, wall_s: float) -> bool:
+        """Whether a run at env_steps and wall_s training seconds has used its budget."""
+        return env_steps >= self.max_env_steps or (self.minutes > 0 and
+                                                    wall_s >= 60 * self.minutes)
+
     def validate(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f"unknown algo {self.algo!r}; accepted: {', '.join(ALGOS)}")

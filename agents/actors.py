@@ -56,7 +56,10 @@ from trot.config import TrainConfig
 from trot.tasks.registry import make_env
 
 RESEED = 7_919  # an actor's env seed moves by RESEED per published version it starts from
-GRACE_S = 10.0  # after a stop signal, how long the learner still waits for a rollout
+# After a stop signal the learner waits for one more rollout: GRACE_PACE times the longest
+# gap it has seen between rollouts (at least GRACE_MIN_S), or GRACE_S before the first one.
+# The actors finish the rollout in hand; none arriving in that time means one has died.
+GRACE_S, GRACE_MIN_S, GRACE_PACE = 10.0, 2.0, 3.0
 STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
@@ -146,6 +149,7 @@ class Inbox(Collector):
         self.task_vals = torch.zeros(len(self.task_names), device=env.device)
         self.wire = Wire(storage, self.n_sums + len(self.task_names))
         self.version, self.lag = 0, 0  # version: updates so far (a resumed run's iteration)
+        self.arrived, self.longest_gap = 0.0, None  # the pace of arrivals, for the grace
         self.published, self.lock = Published(ac.actor), threading.Lock()
         self.rollouts: queue.Queue = queue.Queue(maxsize=self.k)
         self.done: queue.Queue = queue.Queue()  # actor_sync: the learner's "updated"
@@ -164,28 +168,40 @@ class Inbox(Collector):
             dist.send(buf, dst=rank, group=self.group)
         self.thread.start()
 
+    def grace_s(self) -> float:
+        """How long a stopped learner waits for one more rollout (GRACE_S above)."""
+        if self.longest_gap is None:
+            return GRACE_S
+        return max(GRACE_MIN_S, GRACE_PACE * self.longest_gap)
+
     def collect(self) -> Rollout:
         """The next rollout to arrive. A stop signal (Ctrl-C, or torchrun's SIGTERM when an
-        actor died) while waiting: the actors, which ignore signals, have GRACE_S to send
+        actor died) while waiting: the actors, which ignore signals, have `grace_s` to send
         one more; if none comes, an actor is gone, and DistributedError ends the run."""
         if self.thread.ident is None:
             self._start()
+            self.arrived = time.monotonic()
         signalled = None
         while True:
             if self.error is not None:
                 raise DistributedError(f"the learner's inbox failed: {self.error}")
             if signalled is None and self.interrupted():
                 signalled = time.monotonic()
-            if signalled is not None and time.monotonic() - signalled > GRACE_S:
+            if signalled is not None and time.monotonic() - signalled > self.grace_s():
                 raise DistributedError(
                     f"stopped while waiting for the actors' rollouts: none came within "
-                    f"{GRACE_S:.0f} s, so an actor has died (torchrun names it) or hangs. The "
-                    "last checkpoint is intact")
+                    f"{self.grace_s():.1f} s ({GRACE_PACE:g}x the longest gap between "
+                    "rollouts so far), so an actor has died (torchrun names it) or hangs. "
+                    "The last checkpoint is intact")
             try:
-                ro, version, rep = self.rollouts.get(timeout=0.5)
+                ro, version, rep = self.rollouts.get(timeout=0.1)
                 break
             except queue.Empty:
                 continue
+        now = time.monotonic()
+        if signalled is None:  # the pace of a run, not of the wait after a signal
+            self.longest_gap = max(self.longest_gap or 0.0, now - self.arrived)
+        self.arrived = now
         self.env.stats.add(rep[:self.n_sums])
         self.task_vals = rep[self.n_sums:]
         self.lag = self.version - version

@@ -41,16 +41,6 @@ class SimBenchArgs:
 
 
 @dataclass(frozen=True)
-class ResumeArgs:
-    resume: str
-    """run directory to continue"""
-    max_env_steps: int | None = None
-    """raise the run's step budget, kept in its config.json (default: keep it)"""
-    minutes: float | None = None
-    """raise the run's wall-clock budget, kept in its config.json (default: keep it)"""
-
-
-@dataclass(frozen=True)
 class EvalArgs:
     episodes: int = 32
     """episodes, one per env, deterministic policy"""
@@ -65,7 +55,7 @@ class EvalArgs:
     """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
 
 
-def _fail(msg: str) -> int:
+def fail(msg: str) -> int:
     print(f"trot: error: {msg}", file=sys.stderr)
     return 2
 
@@ -89,7 +79,7 @@ def cmd_list(args: list[str]) -> int:
         if args[0] in ("-h", "--help"):
             print(usage)
             return 0
-        return _fail(f"trot list takes no arguments, got {' '.join(args)}; {usage}")
+        return fail(f"trot list takes no arguments, got {' '.join(args)}; {usage}")
 
     for name in task_names():
         entry = get_task(name)
@@ -116,163 +106,6 @@ def cmd_sim_bench(args: list[str]) -> int:
     return 0
 
 
-def parse_train(args: list[str], prog: str = "trot train",
-                extra: tuple[tuple[str, type], ...] = ()):
-    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`.
-    extra: (name, frozen dataclass) fields parsed beside it (`--NAME.FIELD V`); with them,
-    returns (TrainConfig, {name: parsed value})."""
-    from trot.agents.config import tuned
-    from trot.config import TrainConfig
-    from trot.tasks.registry import get_task
-
-    entry = get_task(args[0])
-    fields = [("env", type(entry.config), dataclasses.field(
-        default_factory=lambda: entry.config))] + [
-        (name, cls, dataclasses.field(default_factory=cls)) for name, cls in extra]
-    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(TrainConfig,), frozen=True)
-    cls.__doc__ = f"{prog.capitalize()} {entry.name}: {entry.description}"
-    budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
-    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
-    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"{prog} {entry.name}")
-    if parsed.task != entry.name:
-        raise ValueError("give the task as the first argument, not --task")
-    cfg = TrainConfig(**{f.name: getattr(parsed, f.name)
-                         for f in dataclasses.fields(TrainConfig)})
-    return (cfg, {name: getattr(parsed, name) for name, _ in extra}) if extra else cfg
-
-
-def cmd_distill(args: list[str]) -> int:
-    """`trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]`: see
-    agents/distill.py."""
-    from trot.agents.distill import DistillSettings, distill, resume_distill
-
-    if not args or args[0] in ("-h", "--help") or (len(args) < 2 and args[0][:8] !=
-                                                    "--resume"):
-        print("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] [--max-env-steps "
-              "N] [--minutes M] [--run-dir D] [--agent.FIELD V] [--env.FIELD V] "
-              "[--distill.FIELD V]\n       trot distill --resume RUN_DIR [--max-env-steps N]"
-              " [--minutes M]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every flag)")
-        return 0 if args and args[0] in ("-h", "--help") else 2
-    if args[0].startswith("--resume"):
-        a = tyro.cli(ResumeArgs, args=args, prog="trot distill")
-        d, run_dir = resume_distill(Path(a.resume), a.max_env_steps, a.minutes), \
-            Path(a.resume)
-        cfg = d.cfg
-    else:
-        cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
-                                 (("distill", DistillSettings),))
-        _, run_dir = distill(cfg, extra["distill"], Path(args[0]))
-    if cfg.export:
-        _export_after_training(run_dir)
-    print(run_dir)
-    return 0
-
-
-def cmd_train(args: list[str]) -> int:
-    import os
-
-    from trot.agents.checkpoint import CheckpointError
-    from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
-    from trot.agents.trainer import resume_run, start_run
-    from trot.runs import raise_budget, run_config
-
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if args else 2
-    try:
-        resume = tyro.cli(ResumeArgs, args=args, prog="trot train") \
-            if args[0].startswith("--resume") else None
-        cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
-        if cfg.algo == "a3c":
-            return _train_a3c(cfg, resume)
-        procs = cfg.actors + 1 if cfg.actors else cfg.nproc
-        if procs > 1 and "WORLD_SIZE" not in os.environ:
-            from trot.launch import launch_torchrun
-
-            return launch_torchrun(procs, args)
-        comm, device = init_from_env("cpu" if cfg.actors else cfg.device, cfg.dist_timeout)
-        actors = None
-        if cfg.actors:  # rank 0 learns alone; the others act (agents/actors.py)
-            cfg.validate()
-            if comm.world_size != cfg.actors + 1:
-                raise ValueError(f"actors {cfg.actors} needs {cfg.actors + 1} processes "
-                                 f"(a learner and the actors), this job has {comm.world_size}")
-            if comm.rank > 0:
-                return _act(cfg, comm)
-            actors, comm, device = comm, ONE_PROCESS, cfg.device
-        if resume:
-            trainer, run_dir = resume_run(Path(resume.resume), comm, device, actors), \
-                Path(resume.resume)
-            trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
-                                       resume.max_env_steps, resume.minutes,
-                                       write=comm.is_main)
-            msg = f"resuming {run_dir} at iteration {trainer.iteration}"
-        else:
-            cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
-            trainer, run_dir = start_run(cfg, comm, actors)
-            msg = f"run directory: {run_dir}"
-        if comm.is_main:
-            print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
-                  flush=True)
-        compile_s = getattr(trainer.env.sim, "compile_seconds", None)
-        if compile_s is not None and comm.is_main:  # mjx compiles its step and reset once
-            print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
-    except (ValueError, TypeError, KeyError, CheckpointError) as e:
-        return _fail(str(e))
-    try:
-        trainer.train(run_dir)
-    except DistributedError as e:  # a peer died or hangs: no clean shutdown is possible
-        return _fail(str(e))
-    shutdown()
-    if comm.is_main:
-        if trainer.cfg.export:
-            _export_after_training(run_dir)
-        print(run_dir)
-    return 0
-
-
-def _act(cfg, world) -> int:
-    """An actor rank of `trot train TASK --actors K` (agents/actors.py)."""
-    from trot.agents.actors import run_actor
-    from trot.agents.central import run_central_actor
-    from trot.agents.distributed import DistributedError, shutdown
-
-    try:
-        (run_central_actor if cfg.central_inference else run_actor)(cfg, world)
-    except (DistributedError, RuntimeError) as e:  # gloo's own errors are RuntimeErrors
-        return _fail(f"actor rank {world.rank}: the learner is gone or failed: {e}")
-    shutdown()
-    return 0
-
-
-def _train_a3c(cfg, resume: ResumeArgs | None) -> int:
-    """`trot train TASK --algo a3c`: worker processes on shared parameters (agents/a3c.py)."""
-    from trot.agents.a3c import A3C, WorkerDied, resume_a3c, worker_count
-    from trot.agents.checkpoint import CheckpointError
-    from trot.runs import new_run_dir, write_config
-
-    try:
-        if resume:
-            run_dir = Path(resume.resume)
-            run = resume_a3c(run_dir, resume.max_env_steps, resume.minutes)
-            msg = f"resuming {run_dir} at update {run.iteration}"
-        else:
-            run_dir, run = new_run_dir(cfg), A3C(cfg)
-            write_config(run_dir, cfg)
-            msg = f"run directory: {run_dir}"
-    except (ValueError, TypeError, KeyError, CheckpointError) as e:
-        return _fail(str(e))
-    print(f"{msg} (a3c, {worker_count(run.cfg)} workers)", flush=True)
-    try:
-        run.train(run_dir)
-    except WorkerDied as e:
-        return _fail(str(e))
-    if run.cfg.export:
-        _export_after_training(run_dir)
-    print(run_dir)
-    return 0
-
-
 def pop_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
     """(the --tasks values in argv, argv without them); `--tasks X` and `--tasks=X`."""
     specs, rest, i = [], [], 0
@@ -292,16 +125,6 @@ def pop_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
     return specs, rest
 
 
-def _export_after_training(run_dir: Path) -> None:
-    """Export, or say why not: the run is complete either way (its checkpoint is written)."""
-    from trot.export.onnx import ExportError, export_run
-
-    try:
-        export_run(run_dir)
-    except ExportError as e:
-        print(f"trot: not exported: {e}; then run: trot export {run_dir}", file=sys.stderr)
-
-
 def cmd_eval(args: list[str]) -> int:
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.evaluate import evaluate
@@ -310,7 +133,7 @@ def cmd_eval(args: list[str]) -> int:
     try:
         out = evaluate(Path(run_dir), a.episodes, a.seed, sim=a.sim, course=a.course)
     except (ValueError, CheckpointError) as e:
-        return _fail(str(e))
+        return fail(str(e))
     _print_result(out, a.json)
     return 0
 
@@ -348,7 +171,7 @@ def cmd_export(args: list[str]) -> int:
         else:
             export_run(Path(run_dir), out)
     except (ExportError, ValueError) as e:
-        return _fail(str(e))
+        return fail(str(e))
     return 0
 
 
@@ -360,7 +183,7 @@ def cmd_sim2sim(args: list[str]) -> int:
     try:
         out = run_sim2sim(Path(run_dir), a.episodes, a.seed, traj, a.course)
     except ValueError as e:
-        return _fail(str(e))
+        return fail(str(e))
     _print_result(out, a.json)
     return 0
 
@@ -372,6 +195,20 @@ def _print_result(out: dict, as_json: bool) -> None:
         for k, v in out.items():
             shown = v if v is None else int(v) if float(v).is_integer() else f"{v:.4g}"
             print(f"{k:<28} {shown}")  # counts whole (env steps), measurements to 4 digits
+
+
+def cmd_train(args: list[str]) -> int:
+    """`trot train TASK ...` and `trot train --resume RUN_DIR`: see trot/cli_train.py."""
+    from trot.cli_train import train
+
+    return train(args)
+
+
+def cmd_distill(args: list[str]) -> int:
+    """`trot distill TEACHER_RUN STUDENT_TASK ...`: see trot/cli_train.py."""
+    from trot.cli_train import distill
+
+    return distill(args)
 
 
 def cmd_play(args: list[str]) -> int:
@@ -423,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd = COMMANDS.get(argv[0])
     if cmd is None:
-        return _fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
+        return fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
     from trot.agents.checkpoint import CheckpointError
 
     try:
@@ -435,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 load_tasks(spec)
         return cmd(args)
     except (ValueError, OSError, CheckpointError) as e:  # a message, not a traceback
-        return _fail(str(e))
+        return fail(str(e))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,198 @@
+"""The training commands of the CLI (trot/cli.py dispatches to them):
+
+    trot train TASK [--algo ppo|a2c|a3c] [--actors K] [--nproc K] [--agent.FIELD V] ...
+    trot train --resume RUN_DIR [--max-env-steps N] [--minutes M]
+    trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]
+
+One process, torchrun's ranks (--nproc, --actors: this same command in each), or A3C's
+spawned workers; each ends with the run directory printed (and exported unless --no-export).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+from trot.cli import USAGE, fail
+
+
+@dataclass(frozen=True)
+class ResumeArgs:
+    resume: str
+    """run directory to continue"""
+    max_env_steps: int | None = None
+    """raise the run's step budget, kept in its config.json (default: keep it)"""
+    minutes: float | None = None
+    """raise the run's wall-clock budget, kept in its config.json (default: keep it)"""
+
+
+def parse_train(args: list[str], prog: str = "trot train",
+                extra: tuple[tuple[str, type], ...] = ()):
+    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`.
+    extra: (name, frozen dataclass) fields parsed beside it (`--NAME.FIELD V`); with them,
+    returns (TrainConfig, {name: parsed value})."""
+    from trot.agents.config import tuned
+    from trot.config import TrainConfig
+    from trot.tasks.registry import get_task
+
+    entry = get_task(args[0])
+    fields = [("env", type(entry.config), dataclasses.field(
+        default_factory=lambda: entry.config))] + [
+        (name, cls, dataclasses.field(default_factory=cls)) for name, cls in extra]
+    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(TrainConfig,), frozen=True)
+    cls.__doc__ = f"{prog.capitalize()} {entry.name}: {entry.description}"
+    budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
+    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
+    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"{prog} {entry.name}")
+    if parsed.task != entry.name:
+        raise ValueError("give the task as the first argument, not --task")
+    cfg = TrainConfig(**{f.name: getattr(parsed, f.name)
+                         for f in dataclasses.fields(TrainConfig)})
+    return (cfg, {name: getattr(parsed, name) for name, _ in extra}) if extra else cfg
+
+
+def distill(args: list[str]) -> int:
+    """`trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]`: see
+    agents/distill.py."""
+    from trot.agents.distill import DistillSettings, resume_distill
+    from trot.agents.distill import distill as run_distill
+
+    if not args or args[0] in ("-h", "--help") or (len(args) < 2 and args[0][:8] !=
+                                                    "--resume"):
+        print("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] [--max-env-steps "
+              "N] [--minutes M] [--run-dir D] [--agent.FIELD V] [--env.FIELD V] "
+              "[--distill.FIELD V]\n       trot distill --resume RUN_DIR [--max-env-steps N]"
+              " [--minutes M]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every flag)")
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    if args[0].startswith("--resume"):
+        a = tyro.cli(ResumeArgs, args=args, prog="trot distill")
+        d, run_dir = resume_distill(Path(a.resume), a.max_env_steps, a.minutes), \
+            Path(a.resume)
+        cfg = d.cfg
+    else:
+        cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
+                                 (("distill", DistillSettings),))
+        _, run_dir = run_distill(cfg, extra["distill"], Path(args[0]))
+    if cfg.export:
+        _export_after_training(run_dir)
+    print(run_dir)
+    return 0
+
+
+def train(args: list[str]) -> int:
+    import os
+
+    from trot.agents.checkpoint import CheckpointError
+    from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
+    from trot.agents.trainer import resume_run, start_run
+    from trot.runs import raise_budget, run_config
+
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    try:
+        resume = tyro.cli(ResumeArgs, args=args, prog="trot train") \
+            if args[0].startswith("--resume") else None
+        cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
+        if cfg.algo == "a3c":
+            return _train_a3c(cfg, resume)
+        procs = cfg.actors + 1 if cfg.actors else cfg.nproc
+        if procs > 1 and "WORLD_SIZE" not in os.environ:
+            from trot.launch import launch_torchrun
+
+            return launch_torchrun(procs, args)
+        comm, device = init_from_env("cpu" if cfg.actors else cfg.device, cfg.dist_timeout)
+        actors = None
+        if cfg.actors:  # rank 0 learns alone; the others act (agents/actors.py)
+            cfg.validate()
+            if comm.world_size != cfg.actors + 1:
+                raise ValueError(f"actors {cfg.actors} needs {cfg.actors + 1} processes "
+                                 f"(a learner and the actors), this job has {comm.world_size}")
+            if comm.rank > 0:
+                return _act(cfg, comm)
+            actors, comm, device = comm, ONE_PROCESS, cfg.device
+        if resume:
+            trainer, run_dir = resume_run(Path(resume.resume), comm, device, actors), \
+                Path(resume.resume)
+            trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
+                                       resume.max_env_steps, resume.minutes,
+                                       write=comm.is_main)
+            msg = f"resuming {run_dir} at iteration {trainer.iteration}"
+        else:
+            cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
+            trainer, run_dir = start_run(cfg, comm, actors)
+            msg = f"run directory: {run_dir}"
+        if comm.is_main:
+            print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
+                  flush=True)
+        compile_s = getattr(trainer.env.sim, "compile_seconds", None)
+        if compile_s is not None and comm.is_main:  # mjx compiles its step and reset once
+            print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return fail(str(e))
+    try:
+        trainer.train(run_dir)
+    except DistributedError as e:  # a peer died or hangs: no clean shutdown is possible
+        return fail(str(e))
+    shutdown()
+    if comm.is_main:
+        if trainer.cfg.export:
+            _export_after_training(run_dir)
+        print(run_dir)
+    return 0
+
+
+def _act(cfg, world) -> int:
+    """An actor rank of `trot train TASK --actors K` (agents/actors.py)."""
+    from trot.agents.actors import run_actor
+    from trot.agents.central import run_central_actor
+    from trot.agents.distributed import DistributedError, shutdown
+
+    try:
+        (run_central_actor if cfg.central_inference else run_actor)(cfg, world)
+    except (DistributedError, RuntimeError) as e:  # gloo's own errors are RuntimeErrors
+        return fail(f"actor rank {world.rank}: the learner is gone or failed: {e}")
+    shutdown()
+    return 0
+
+
+def _train_a3c(cfg, resume: ResumeArgs | None) -> int:
+    """`trot train TASK --algo a3c`: worker processes on shared parameters (agents/a3c.py)."""
+    from trot.agents.a3c import A3C, WorkerDied, resume_a3c, worker_count
+    from trot.agents.checkpoint import CheckpointError
+    from trot.runs import new_run_dir, write_config
+
+    try:
+        if resume:
+            run_dir = Path(resume.resume)
+            run = resume_a3c(run_dir, resume.max_env_steps, resume.minutes)
+            msg = f"resuming {run_dir} at update {run.iteration}"
+        else:
+            run_dir, run = new_run_dir(cfg), A3C(cfg)
+            write_config(run_dir, cfg)
+            msg = f"run directory: {run_dir}"
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return fail(str(e))
+    print(f"{msg} (a3c, {worker_count(run.cfg)} workers)", flush=True)
+    try:
+        run.train(run_dir)
+    except WorkerDied as e:
+        return fail(str(e))
+    if run.cfg.export:
+        _export_after_training(run_dir)
+    print(run_dir)
+    return 0
+
+
+def _export_after_training(run_dir: Path) -> None:
+    """Export, or say why not: the run is complete either way (its checkpoint is written)."""
+    from trot.export.onnx import ExportError, export_run
+
+    try:
+        export_run(run_dir)
+    except ExportError as e:
+        print(f"trot: not exported: {e}; then run: trot export {run_dir}", file=sys.stderr)

@@ -33,6 +33,8 @@ import compare_ant  # its reading of the peers' CSVs, not a copy of it
 
 from trot.compare import X_AXES, band, plot_band  # `trot compare`'s median and band, one definition
 
+# `trot compare`'s axes, and the sweeps' (a setting on x; one point per run)
+AXES = {**X_AXES, "learning_rate": ("learning rate", 1.0)}
 FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
 
 
@@ -49,6 +51,7 @@ class Panel:
     label: str
     goal: float | None = None  # drawn as a dashed line
     x: str = "env_steps"
+    log_x: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,12 @@ PLOTS = (
           Curve("SB3 PPO", ("docs/data/ant_sb3.csv",), stack="sb3")),
          (Panel("return", "training return (10 s mean)", x="wall_s"),
           Panel("return", "training return (10 s mean)", x="env_steps"))),
+    Plot("a3c_robustness", "cartpole-balance, 60 s of training per point: median and range "
+         "over 2 seeds",
+         (Curve("A3C, 2 workers, shared RMSProp", _seeds("a3c_robustness/a3c", 2)),
+          Curve("A2C, same envs in one process, Adam", _seeds("a3c_robustness/a2c", 2))),
+         (Panel("mean_return", "eval return (deterministic)", 475.0, x="learning_rate",
+                log_x=True),)),
 )
 
 
@@ -135,7 +144,7 @@ def draw(plot: Plot, rows: list[dict], png: Path) -> None:
     n = len(plot.panels)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
     for ax, panel in zip(axes[0], plot.panels):
-        xlabel, scale = X_AXES[panel.x]
+        xlabel, scale = AXES[panel.x]
         for i, curve in enumerate(plot.curves):
             plot_band(ax, [r for r in rows if r["curve"] == curve.label
                            and r["panel"] == panel.column and r["x_column"] == panel.x],
@@ -143,6 +152,8 @@ def draw(plot: Plot, rows: list[dict], png: Path) -> None:
         if panel.goal is not None:
             ax.axhline(panel.goal, color="gray", ls="--", lw=0.8, label="goal")
         ax.set_xlabel(xlabel)
+        if panel.log_x:
+            ax.set_xscale("log")
         ax.set_ylabel(panel.label)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import torch
 from trot.agents.a3c import RMSPROP, HogwildStep, new_rmsprop_state
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic
+from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.faults import CRASH_ENV, CRASH_EXIT
 
@@ -126,12 +124,13 @@ TRAIN = ["cartpole-balance", "--algo", "a3c", "--workers", "2", "--num-envs", "3
 LEARNED = 150.0
 
 
-def _trot(args: list[str], cwd: Path, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    if crash:
-        env[CRASH_ENV] = crash
-    return subprocess.run([sys.executable, "-m", "trot", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+def _trot(capsys, args: list[str]) -> tuple[int, str, str]:
+    """`trot ARGS` in this process (A3C's workers are spawned processes either way):
+    (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    rc = cli_main(args)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
 def _rows(run: Path) -> list[dict[str, str]]:
@@ -139,40 +138,43 @@ def _rows(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_a3c_learns_cartpole_balance_and_resumes(tmp_path):
+def test_a3c_learns_cartpole_balance_and_resumes(tmp_path, capsys):
     """2 worker processes on shared parameters learn cartpole-balance (trot eval's return
     of the deterministic policy); both workers' updates are logged; a resume continues the
-    counters and metrics.csv without a repeated update; trot export writes its policy. Catches workers whose
-    gradients never reach the shared parameters (no learning), a worker that never runs,
-    and a resume that restarts the counters or the log."""
+    counters and metrics.csv without a repeated update; trot export writes its policy.
+    Catches workers whose gradients never reach the shared parameters (no learning), a
+    worker that never runs, and a resume that restarts the counters or the log."""
     run = tmp_path / "run"
-    p = _trot(["train", *TRAIN, "--max-env-steps", "150000", "--run-dir", str(run),
-               "--no-export"], tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
+    rc, _, err = _trot(capsys, ["train", *TRAIN, "--max-env-steps", "150000", "--run-dir",
+                                str(run), "--no-export"])
+    assert rc == 0, err[-3000:]
     rows = _rows(run)
     assert {r["worker"] for r in rows} == {"0", "1"}
     first = int(rows[-1]["iteration"])
-    p = _trot(["train", "--resume", str(run), "--max-env-steps", "300000"], tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
+    rc, _, err = _trot(capsys, ["train", "--resume", str(run), "--max-env-steps", "300000"])
+    assert rc == 0, err[-3000:]
     rows = _rows(run)
     assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1))
     assert len(rows) > first and int(rows[-1]["env_steps"]) >= 300_000
-    _trot(["export", str(run)], tmp_path)  # --no-export is the run's, resumed or not
+    assert _trot(capsys, ["export", str(run)])[0] == 0  # --no-export was the run's
     assert (run / "policy.onnx").is_file()
-    p = _trot(["eval", str(run), "--episodes", "32", "--json"], tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert json.loads(p.stdout)["mean_return"] >= LEARNED
+    rc, out, err = _trot(capsys, ["eval", str(run), "--episodes", "32", "--json"])
+    assert rc == 0, err[-3000:]
+    assert json.loads(out)["mean_return"] >= LEARNED
 
 
-def test_a3c_worker_that_dies_is_named_and_the_checkpoint_kept(tmp_path):
+def test_a3c_worker_that_dies_is_named_and_the_checkpoint_kept(tmp_path, capsys,
+                                                                monkeypatch):
     """Worker 1 crashes at its 3rd rollout: the run stops with an error naming it and its
     exit code, and the checkpoint it leaves loads in trot eval. Catches a main process that
     waits forever on a dead worker, or trains on without saying so."""
     run = tmp_path / "run"
-    p = _trot(["train", *TRAIN, "--max-env-steps", "10000000", "--run-dir", str(run),
-               "--no-export"], tmp_path, crash="rollout:3:1")
-    assert p.returncode == 2, p.stderr[-3000:]
-    assert f"trot-a3c-worker-1 exited with code {CRASH_EXIT}" in p.stderr
-    assert "trot train --resume" in p.stderr
-    p = _trot(["eval", str(run), "--episodes", "4", "--json"], tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
+    monkeypatch.setenv(CRASH_ENV, "rollout:3:1")  # the spawned workers inherit it
+    rc, _, err = _trot(capsys, ["train", *TRAIN, "--max-env-steps", "10000000", "--run-dir",
+                                str(run), "--no-export"])
+    assert rc == 2, err[-3000:]
+    assert f"trot-a3c-worker-1 exited with code {CRASH_EXIT}" in err
+    assert "trot train --resume" in err
+    monkeypatch.delenv(CRASH_ENV)
+    rc, _, err = _trot(capsys, ["eval", str(run), "--episodes", "4", "--json"])
+    assert rc == 0, err[-3000:]

@@ -1,8 +1,9 @@
 """DD-PPO's straggler preemption (`--preempt-fraction`, agents/distributed.py Preemption)
 with two gloo processes on the CPU: a ragged update equals one process's update on the
 union of the samples, a slowed rank is preempted while every env step is counted once and
-the replicas stay identical, and from the CLI a 3x slower rank no longer sets the
-iteration's pace."""
+the replicas stay identical, a 3x slower rank no longer sets the iteration's pace, and the
+CLI's `--preempt-fraction` leaves a run that trot eval loads. The in-process checks share
+one pair of spawned ranks (each rank's start-up is seconds of CI)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
+import time
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from trot.agents.distributed import Comm, shutdown
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Batch
+from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.faults import DELAY_ENV
 
@@ -93,16 +95,40 @@ class _Counted:
         return self._step(action)
 
 
-def _straggler_worker(rank: int, port: int, out: str, iters: int) -> None:
+def _trainer(comm: Comm, preempt: float, num_envs: int, hidden: int, epochs: int):
     from trot.agents.trainer import build
 
-    os.environ[DELAY_ENV] = "env-step:0.002:1"  # rank 1: 2 ms more per control step
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=(hidden, hidden),
+                                critic_hidden=(hidden, hidden), activation="relu",
+                                rollout_steps=16, epochs=epochs, minibatches=2)
+    return build(TrainConfig(task=TASK, num_envs=num_envs, agent=agent, max_env_steps=10**8,
+                             nproc=2, preempt_fraction=preempt), comm)
+
+
+# the pace runs' delays: 5 ms per control step on both ranks (it dominates a step of
+# 8 envs), and rank 1 slowed 3x (15 ms)
+PACES = {"base": ("env-step:0.005", 0.0),
+         "slowed": ("env-step:0.005,env-step:0.01:1", 0.0),
+         "preempted": ("env-step:0.005,env-step:0.01:1", 0.5)}
+
+
+def _iteration_s(trainer, iters: int = 8) -> float:
+    """The median seconds per iteration past the first two (start-up, first episodes)."""
+    ends = []
+    for _ in range(iters):
+        trainer.iterate()  # ends with the update's all-reduces: both ranks together
+        ends.append(time.monotonic())
+    return statistics.median(b - a for a, b in itertools.pairwise(ends[2:]))
+
+
+def _straggler_worker(rank: int, port: int, out: str, iters: int) -> None:
     comm = _join(rank, 2, port)
-    agent = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(32, 32),
-                                activation="relu", rollout_steps=16, epochs=2, minibatches=2)
-    cfg = TrainConfig(task=TASK, num_envs=128, agent=agent, max_env_steps=10**8, nproc=2,
-                      preempt_fraction=0.5)
-    trainer = build(cfg, comm)
+    paces = {}
+    for name, (delay, preempt) in PACES.items():
+        os.environ[DELAY_ENV] = delay
+        paces[name] = _iteration_s(_trainer(comm, preempt, 16, 16, 1))
+    os.environ[DELAY_ENV] = "env-step:0.002:1"  # rank 1: 2 ms more per control step
+    trainer = _trainer(comm, 0.5, 128, 32, 2)
     counted = _Counted(trainer.env)
     identical, returns = [], []
     for _ in range(iters):
@@ -113,19 +139,24 @@ def _straggler_worker(rank: int, port: int, out: str, iters: int) -> None:
     calls = comm._gather(torch.tensor([float(counted.calls)]))[:, 0].tolist()
     if rank == 0:
         torch.save({"identical": identical, "returns": returns, "calls": calls,
-                    "env_steps": trainer.env_steps}, out)
+                    "env_steps": trainer.env_steps, "paces": paces}, out)
     shutdown()
 
 
-def test_a_slow_rank_is_preempted_every_step_counted_once_and_it_learns(tmp_path):
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("straggler") / "straggler.pt"
+    _spawn(_straggler_worker, str(out), 30)
+    return torch.load(out)
+
+
+def test_a_slow_rank_is_preempted_every_step_counted_once_and_it_learns(straggler):
     """Rank 1 steps slower: rank 0 collects its whole rollouts and rank 1 is cut short;
     the logged env steps are exactly both ranks' env.step calls times the envs, the replicas
     stay bitwise identical through ragged updates, and cartpole-balance learns. Catches a
     step count of T x N x ranks (the old rule), and a ragged batch that breaks GAE or the
     lockstep of the all-reduces (a hang or diverged replicas)."""
-    out, iters = tmp_path / "straggler.pt", 30
-    _spawn(_straggler_worker, str(out), iters)
-    r = torch.load(out)
+    r, iters = straggler, 30
     fast, slow = r["calls"]  # under load the slow rank may finish first now and then
     assert slow < fast <= iters * 16 and fast + slow < 2 * iters * 16, r["calls"]
     assert r["env_steps"] == (fast + slow) * 128
@@ -134,41 +165,34 @@ def test_a_slow_rank_is_preempted_every_step_counted_once_and_it_learns(tmp_path
     assert sum(last) / 3 > 2.0 * sum(first) / 3, r["returns"]
 
 
-def _iteration_s(run: Path) -> float:
-    """The median seconds per iteration past the first two (start-up, first episodes)."""
-    with open(run / "metrics.csv", newline="") as f:
-        wall = [float(r["wall_s"]) for r in csv.DictReader(f)]
-    return statistics.median(b - a for a, b in itertools.pairwise(wall[2:]))
+def test_preemption_keeps_the_pace_of_the_fast_rank(straggler):
+    """Rank 1 slowed 3x (PACES). Without preemption the iteration slows about 3x; with
+    `preempt_fraction` 0.5 it stays within 1.5x of the unslowed run. Catches a preemption
+    that never fires (the fast rank waiting in the first all-reduce) and one that fires
+    late."""
+    pace = straggler["paces"]
+    assert pace["slowed"] > 2.0 * pace["base"], pace
+    assert pace["preempted"] < 1.5 * pace["base"], pace
 
 
-def _cli_run(tmp_path: Path, name: str, delay: str, preempt: float) -> Path:
-    run = tmp_path / name
-    env = dict(os.environ, **{DELAY_ENV: delay})
+def test_preemption_from_the_cli_leaves_a_run_trot_eval_loads(tmp_path, capsys):
+    """`trot train ... --nproc 2 --preempt-fraction 0.5` with rank 1 slowed: the flag
+    reaches torchrun's ranks (fewer env steps than two full rollouts per iteration), and
+    trot eval loads the run."""
+    run, iters = tmp_path / "run", 6
+    env = dict(os.environ, **{DELAY_ENV: "env-step:0.005:1"})
     p = subprocess.run(
         [sys.executable, "-m", "trot", "train", TASK, "--nproc", "2", "--num-envs", "16",
          "--agent.rollout-steps", "16", "--agent.minibatches", "2", "--agent.epochs", "1",
-         "--max-env-steps", str(12 * 16 * 16 * 2), "--log-every", "1000", "--no-export",
-         "--preempt-fraction", str(preempt), "--run-dir", str(run)],
+         "--max-env-steps", str(iters * 16 * 16 * 2), "--log-every", "1000", "--no-export",
+         "--preempt-fraction", "0.5", "--run-dir", str(run)],
         env=env, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
-    return run
-
-
-def test_preemption_keeps_the_pace_of_the_fast_rank(tmp_path):
-    """From the CLI (`--nproc 2 --preempt-fraction 0.5`): rank 1 slowed 3x (15 ms against
-    5 ms of sleep per control step, which dominates the step). Without preemption the
-    iteration slows about 3x; with it, it stays within 1.5x of the unslowed run; and
-    trot eval loads the preempted run. Catches a preemption that never fires (the fast rank
-    waiting in the first all-reduce) and one that fires late."""
-    base = _iteration_s(_cli_run(tmp_path, "base", "env-step:0.005", 0.0))
-    slowed = _iteration_s(_cli_run(tmp_path, "slowed", "env-step:0.005,env-step:0.01:1", 0.0))
-    run = _cli_run(tmp_path, "preempted", "env-step:0.005,env-step:0.01:1", 0.5)
-    preempted = _iteration_s(run)
-    assert slowed > 2.0 * base, (base, slowed)
-    assert preempted < 1.5 * base, (base, preempted)
-    p = subprocess.run([sys.executable, "-m", "trot", "eval", str(run), "--episodes", "4"],
-                       capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr[-3000:]
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert int(rows[0]["env_steps"]) < 16 * 16 * 2, rows[0]  # a rank was cut short
+    capsys.readouterr()
+    assert cli_main(["eval", str(run), "--episodes", "4"]) == 0
 
 
 @pytest.mark.parametrize("change, msg", [

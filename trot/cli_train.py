@@ -88,8 +88,7 @@ def train(args: list[str]) -> int:
 
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
-    from trot.agents.trainer import resume_run, start_run
-    from trot.runs import raise_budget, run_config
+    from trot.runs import run_config
 
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
@@ -115,17 +114,7 @@ def train(args: list[str]) -> int:
             if comm.rank > 0:
                 return _act(cfg, comm)
             actors, comm, device = comm, ONE_PROCESS, cfg.device
-        if resume:
-            trainer, run_dir = resume_run(Path(resume.resume), comm, device, actors), \
-                Path(resume.resume)
-            trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
-                                       resume.max_env_steps, resume.minutes,
-                                       write=comm.is_main)
-            msg = f"resuming {run_dir} at iteration {trainer.iteration}"
-        else:
-            cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
-            trainer, run_dir = start_run(cfg, comm, actors)
-            msg = f"run directory: {run_dir}"
+        trainer, run_dir, msg = _trainer(cfg, resume, comm, device, actors)
         if comm.is_main:
             print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
                   flush=True)
@@ -144,6 +133,23 @@ def train(args: list[str]) -> int:
             _export_after_training(run_dir)
         print(run_dir)
     return 0
+
+
+def _trainer(cfg, resume: ResumeArgs | None, comm, device: str, actors):
+    """(trainer, run directory, what to print): a new run, or the resumed one with its
+    budget raised as --max-env-steps / --minutes ask."""
+    from trot.agents.trainer import resume_run, start_run
+    from trot.runs import raise_budget
+
+    if resume is None:
+        cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
+        trainer, run_dir = start_run(cfg, comm, actors)
+        return trainer, run_dir, f"run directory: {run_dir}"
+    run_dir = Path(resume.resume)
+    trainer = resume_run(run_dir, comm, device, actors)
+    trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
+                               resume.max_env_steps, resume.minutes, write=comm.is_main)
+    return trainer, run_dir, f"resuming {run_dir} at iteration {trainer.iteration}"
 
 
 def _act(cfg, world) -> int:

@@ -312,24 +312,32 @@ class A3C:
                         logger.flush()
                         self.save(run_dir, shared.lock)
         finally:  # a normal end, a signal, or a dead worker: stop the rest, keep their updates
-            shared.stop.set()
-            deadline = time.monotonic() + self.cfg.dist_timeout
-            while any(p.is_alive() for p in procs) or not shared.reports.empty():
-                try:
-                    self._log(shared.reports.get(timeout=0.2), logger, start, since, True)
-                except queue.Empty:
-                    pass
-                if time.monotonic() > deadline:  # a worker stuck in its update
-                    for p in procs:
-                        p.terminate()
-                    break
-            logger.close()
+            self._stop(procs, shared, logger, start, since)
             if self._dropped_in_a_row < MAX_CONSECUTIVE_NAN * k:  # diverged: keep the last
                 self.save(run_dir, shared.lock)
+        _check_alive(procs, run_dir)  # one that died (or hung) after the loop's last look
         if stop.requested:
             print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
                   f"  trot train --resume {run_dir}", flush=True)
         return run_dir
+
+    def _stop(self, procs: list, shared: Shared, logger: RunLogger, start: float,
+              since: tuple[float, int]) -> None:
+        """Stop every worker, logging the updates they still report; a worker still busy
+        after dist_timeout (stuck in its update) is terminated."""
+        shared.stop.set()
+        deadline = time.monotonic() + self.cfg.dist_timeout
+        while any(p.is_alive() for p in procs) or not shared.reports.empty():
+            try:
+                self._log(shared.reports.get(timeout=0.2), logger, start, since, True)
+            except queue.Empty:
+                pass
+            if time.monotonic() > deadline:
+                for p in procs:
+                    p.terminate()
+                    p.join(5.0)
+                break
+        logger.close()
 
     def _log(self, report: tuple, logger: RunLogger, start: float,
              since: tuple[float, int], quiet: bool) -> None:

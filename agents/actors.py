@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 from dataclasses import fields
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -63,19 +64,22 @@ GRACE_S, GRACE_MIN_S, GRACE_PACE = 10.0, 2.0, 3.0
 STOP, UPDATED = "stop", "updated"  # the learner's word to the inbox, per update
 
 
-def traffic() -> dist.ProcessGroup:
+def traffic(timeout_s: float) -> dist.ProcessGroup:
     """The learner's and actors' own gloo group, made by every rank once before any
     message. Point-to-point messages on the default group would share tag 0 with the
     first collective of a rank that has run none: an actor told to stop enters
-    shutdown's monitored barrier, whose message the inbox would take for a rollout."""
-    return dist.new_group(backend="gloo")
+    shutdown's monitored barrier, whose message the inbox would take for a rollout.
+    timeout_s: a receive's longest wait (--dist-timeout; torch's default is 30 minutes)."""
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def report(env, n_sums: int) -> Tensor:
     """An actor's env report [n_sums + M]: its episode sums and unstable count since the
-    last report (zeros before its first step), then its task's iteration metrics (the
-    terrain curriculum's level: its envs', which the learner's idle env cannot know)."""
-    sums = env.stats.take() if env.reward_terms else torch.zeros(n_sums)
+    last report, then its task's iteration metrics (the terrain curriculum's level: its
+    envs', which the learner's idle env cannot know). n_sums: len(reward_terms) + 4 once
+    the env has stepped; before its first step the table is narrower, and reads zeros."""
+    taken = env.stats.take()
+    sums = taken if taken.numel() == n_sums else torch.zeros(n_sums)
     task = [v.float().reshape(1).cpu() for v in env.task.iteration_metrics().values()]
     return torch.cat([sums.cpu(), *task])
 
@@ -154,8 +158,9 @@ class Inbox(Collector):
         self.rollouts: queue.Queue = queue.Queue(maxsize=self.k)
         self.done: queue.Queue = queue.Queue()  # actor_sync: the learner's "updated"
         self.stopping, self.error = threading.Event(), None
+        self.told: set[int] = set()  # the actor ranks told to stop
         self.thread = threading.Thread(target=self._serve, name="trot-inbox", daemon=True)
-        self.group = traffic()
+        self.group = traffic(cfg.dist_timeout)
 
     def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
         super().load_state_dict(mine, checkpoint)
@@ -222,24 +227,31 @@ class Inbox(Collector):
             self.done.put(UPDATED)
 
     def close(self) -> None:
-        """Tell every actor to stop (each at its next message), then join the thread."""
+        """Tell every actor to stop (each at its next message), then join the thread. An
+        actor that does not come for its stop within `grace_s` (dead, with others alive)
+        is named in a DistributedError; the thread, blocked receiving from it, is left."""
         if self.thread.ident is None:  # never started: the actors wait for a first reply
             self._start()
         self.stopping.set()
         self.done.put(STOP)
-        while self.thread.is_alive():  # a full queue would hold the thread in put()
-            try:
+        deadline = time.monotonic() + self.grace_s()
+        while self.thread.is_alive() and time.monotonic() < deadline:
+            try:  # a full queue would hold the thread in put()
                 self.rollouts.get(timeout=0.1)
             except queue.Empty:
                 pass
+        if self.thread.is_alive():
+            missing = sorted(set(range(1, self.k + 1)) - self.told)
+            raise DistributedError(
+                f"actor ranks {missing} did not come for the stop within "
+                f"{self.grace_s():.1f} s: dead (torchrun names it) or hung")
         self.thread.join()
         if self.error is not None:  # e.g. an actor died during the last exchange
             raise DistributedError(f"the learner's inbox failed: {self.error}")
 
     def _serve(self) -> None:
         try:
-            told: set[int] = set()
-            while len(told) < self.k:
+            while len(self.told) < self.k:
                 buf = torch.empty(self.wire.size)
                 src = dist.recv(buf, group=self.group)  # from any actor
                 stop = self.stopping.is_set()
@@ -251,7 +263,7 @@ class Inbox(Collector):
                     self.published.buf[1] = float(stop)
                     dist.send(self.published.buf, dst=src, group=self.group)
                 if stop:
-                    told.add(src)
+                    self.told.add(src)
         except Exception as e:  # noqa: BLE001 - reported by collect() on the learner
             self.error = e
 
@@ -266,7 +278,7 @@ def ignore_signals() -> None:
 def run_actor(cfg: TrainConfig, world: Comm) -> None:
     """An actor rank's life: the first parameters, then rollouts until told to stop."""
     ignore_signals()
-    group = traffic()
+    group = traffic(cfg.dist_timeout)
     a, k, cpu = cfg.agent_effective, world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     ac = ActorCritic(probe.obs_dim, probe.critic_obs_dim, probe.action_dim, a)
@@ -285,7 +297,7 @@ def run_actor(cfg: TrainConfig, world: Comm) -> None:
     while not stop:
         ro = collector.collect()
         faults.point("rollout")  # e.g. a slow actor, in the lag tests
-        rep = report(env, 0)
+        rep = report(env, len(env.reward_terms) + 4)
         wire = wire or Wire(storage, rep.numel())
         dist.send(wire.pack(ro, version, rep), dst=0, group=group)
         dist.recv(published.buf, src=0, group=group)

@@ -100,14 +100,13 @@ class CentralInbox(Inbox):
 
     def _serve(self) -> None:
         try:
-            told: set[int] = set()
-            while len(told) < self.k:
+            while len(self.told) < self.k:
                 buf = torch.empty(self.step_wire.size)
                 src = dist.recv(buf, group=self.group)
                 stop = self.stopping.is_set() or not self._record(src, buf)
                 reply = torch.zeros(1 + self.env.num_envs * self.env.action_dim)
                 if stop:
-                    told.add(src)
+                    self.told.add(src)
                     reply[0] = 1.0
                 else:
                     reply[1:] = self._act(src, self.step_wire.unpack(buf)).flatten().cpu()
@@ -156,7 +155,7 @@ class CentralInbox(Inbox):
 def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
     """A central-inference actor: its envs only; the learner acts."""
     ignore_signals()
-    group = traffic()
+    group = traffic(cfg.dist_timeout)
     k, cpu = world.rank - 1, torch.device("cpu")
     probe = make_env(cfg.task, 1, "cpu", cpu, 0, cfg.env)
     probe.reset()

@@ -230,12 +230,13 @@ class Trainer:
                         if logger is not None:  # the logs reach disk before the checkpoint
                             logger.flush()
                         self.save(run_dir)
-                self.collector.close()
-                # still under the handlers: a Ctrl-C now is noted, not a lost last save
-                if logger is not None:
-                    logger, closing = None, logger
-                    closing.close()
-                self.save(run_dir)
+                try:  # the decoupled actors' inbox: an actor that never came for its
+                    self.collector.close()  # stop raises, after the learner's last save
+                finally:  # still under the handlers: a Ctrl-C now is noted, not a lost save
+                    if logger is not None:
+                        logger, closing = None, logger
+                        closing.close()
+                    self.save(run_dir)
         finally:
             if logger is not None:  # an error above: keep what was logged
                 logger.close()

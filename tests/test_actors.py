@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from trot.agents.actors import report
 from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
+from trot.tasks.registry import make_env
 
 TASK = "cartpole-balance"
 SMALL = [TASK, "--num-envs", "16", "--agent.rollout-steps", "8", "--agent.minibatches", "2",
@@ -123,6 +125,27 @@ def test_an_actor_learns_cartpole_balance_through_a_resume(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     # untrained, 34; asynchronous runs are not reproducible, so: learning clear of that
     assert out["mean_return"] >= 80, out
+
+
+def test_an_actors_report_has_the_learners_width_for_a_task_without_reward_terms():
+    """A task may name no reward terms (Task.reward returns an empty dict): the actor's
+    report is still [4 + M] (episodes, return, length, unstable, then M task metrics), the
+    width the learner's Wire expects. Catches a report of zero sums there, which shifted
+    every rollout field of the message by 4 values."""
+    env = make_env(TASK, 4, "cpu", torch.device("cpu"), 0)
+    total = env.task.reward
+    env.task.reward = lambda sim, action: (total(sim, action)[0], {})  # no named terms
+    env.capture(lambda fn: fn)
+    env.reset()
+    for _ in range(1000):  # pushed one way, the pole falls: episodes end
+        env.step(torch.ones(4, env.action_dim))
+        if env.stats.sums[0] > 0:
+            break
+    assert env.reward_terms == () and env.stats.sums[0] > 0
+    before = env.stats.sums.clone()  # [3]: episodes, return, length
+    rep = report(env, len(env.reward_terms) + 4)
+    assert rep.shape == (4 + len(env.task.iteration_metrics()),)
+    assert torch.equal(rep[:3], before)
 
 
 @pytest.mark.parametrize("change, msg", [

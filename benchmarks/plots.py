@@ -101,8 +101,7 @@ PLOTS = (
           Curve("SB3 PPO", ("docs/data/ant_sb3.csv",), stack="sb3")),
          (Panel("return", "training return (10 s mean)", x="wall_s"),
           Panel("return", "training return (10 s mean)", x="env_steps"))),
-    Plot("a3c_robustness", "cartpole-balance, 60 s of training per point: median and range "
-         "over 2 seeds",
+    Plot("a3c_robustness", "cartpole-balance, 60 s per run, median and range of 2 seeds",
          (Curve("A3C, 2 workers, shared RMSProp", _seeds("a3c_robustness/a3c", 2)),
           Curve("A2C, same envs in one process, Adam", _seeds("a3c_robustness/a2c", 2))),
          (Panel("mean_return", "eval return (deterministic)", 475.0, x="learning_rate",
@@ -142,7 +141,7 @@ def draw(plot: Plot, rows: list[dict], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     n = len(plot.panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 6.0), 3.4), squeeze=False)
     for ax, panel in zip(axes[0], plot.panels):
         xlabel, scale = AXES[panel.x]
         for i, curve in enumerate(plot.curves):

@@ -226,7 +226,8 @@ def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict
     try:
         from trot.export.onnx import export_run
 
-        export_run(run_dir)
+        if trainer.cfg.export:  # --train export=False: as trot train's --no-export
+            export_run(run_dir)
     except ImportError:
         pass
     hit = next((r for r in rows if _met(a, r)), None)

@@ -15,8 +15,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# what is checked here is the bookkeeping around training and evaluation, so: 2-s episodes
+# (each evaluation plays one whole episode per env; 20 s registered: 1000 steps) and no
+# export (seconds per seed)
 ARGS = ["--task", "go1-flat", "--num-envs", "8", "--episodes", "2", "--budget-min", "0.04",
-        "--eval-every-min", "0.02", "--agent", "rollout_steps=4", "minibatches=2"]
+        "--eval-every-min", "0.02", "--agent", "rollout_steps=4", "minibatches=2",
+        "--env", "episode_seconds=2", "--train", "export=False"]
 
 
 def _run(tmp_path: Path, *extra: str) -> str:

@@ -73,10 +73,16 @@ def traffic(timeout_s: float) -> dist.ProcessGroup:
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
+def sums_width(env) -> int:
+    """The width of a stepped env's EpisodeStats.take: episodes, return, length, one sum per
+    reward term, unstable count."""
+    return len(env.reward_terms) + 4
+
+
 def report(env, n_sums: int) -> Tensor:
     """An actor's env report [n_sums + M]: its episode sums and unstable count since the
     last report, then its task's iteration metrics (the terrain curriculum's level: its
-    envs', which the learner's idle env cannot know). n_sums: len(reward_terms) + 4 once
+    envs', which the learner's idle env cannot know). n_sums: `sums_width` once
     the env has stepped; before its first step the table is narrower, and reads zeros."""
     taken = env.stats.take()
     sums = taken if taken.numel() == n_sums else torch.zeros(n_sums)
@@ -148,7 +154,7 @@ class Inbox(Collector):
         env.reset()
         env.step(torch.zeros(env.num_envs, env.action_dim, device=env.device))
         env.stats.take()  # that step fixed the reward terms' order; the sums are the actors'
-        self.n_sums, self.task_names = len(env.reward_terms) + 4, list(
+        self.n_sums, self.task_names = sums_width(env), list(
             env.task.iteration_metrics())
         self.task_vals = torch.zeros(len(self.task_names), device=env.device)
         self.wire = Wire(storage, self.n_sums + len(self.task_names))
@@ -297,7 +303,7 @@ def run_actor(cfg: TrainConfig, world: Comm) -> None:
     while not stop:
         ro = collector.collect()
         faults.point("rollout")  # e.g. a slow actor, in the lag tests
-        rep = report(env, len(env.reward_terms) + 4)
+        rep = report(env, sums_width(env))
         wire = wire or Wire(storage, rep.numel())
         dist.send(wire.pack(ro, version, rep), dst=0, group=group)
         dist.recv(published.buf, src=0, group=group)

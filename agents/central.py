@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot.agents.actors import RESEED, STOP, Inbox, ignore_signals, report, traffic
+from trot.agents.actors import (RESEED, STOP, Inbox, ignore_signals, report, sums_width,
+                                traffic)
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
@@ -165,7 +166,7 @@ def run_central_actor(cfg: TrainConfig, world: Comm) -> None:
     env = make_env(cfg.task, cfg.num_envs, "cpu", cpu,
                    rank_seed(cfg.seed + ENV_STREAM + RESEED * int(hello[0]), k), cfg.env)
     env.reset(stagger=cfg.stagger_start)
-    n_sums = len(probe.reward_terms) + 4
+    n_sums = sums_width(probe)
     wire = StepWire(env.num_envs, env.obs_dim, env.critic_obs_dim,
                     n_sums + len(env.task.iteration_metrics()))
     n, zeros = env.num_envs, torch.zeros(env.num_envs)

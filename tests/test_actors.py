@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trot.agents.actors import report
+from trot.agents.actors import report, sums_width
 from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
@@ -143,7 +143,7 @@ def test_an_actors_report_has_the_learners_width_for_a_task_without_reward_terms
             break
     assert env.reward_terms == () and env.stats.sums[0] > 0
     before = env.stats.sums.clone()  # [3]: episodes, return, length
-    rep = report(env, len(env.reward_terms) + 4)
+    rep = report(env, sums_width(env))
     assert rep.shape == (4 + len(env.task.iteration_metrics()),)
     assert torch.equal(rep[:3], before)
 

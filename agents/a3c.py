@@ -53,7 +53,8 @@ from trot.agents.logger import RunLogger, progress_line
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
-from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged, _StopFlag
+from trot.agents.loop import _StopFlag
+from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged
 from trot.config import TrainConfig, to_json
 from trot.runs import CHECKPOINT, raise_budget, read_checkpoint, run_config
 from trot.sim.base import available_cpus

@@ -61,8 +61,9 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
             f"Refused: {_refused(e)}") from e
     except Exception as e:  # truncated, garbage, wrong format
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {e}") from e
-    if not isinstance(payload, dict) or "model" not in payload:
-        raise CheckpointError(f"{path} is not a trot checkpoint (no model state)")
+    if not isinstance(payload, dict) or not ("model" in payload or "seeds" in payload):
+        raise CheckpointError(f"{path} is not a trot checkpoint (no model state, and no "
+                              "seeds' states)")
     return payload
 
 

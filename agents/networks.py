@@ -24,10 +24,16 @@ class _NarrowLinear(torch.autograd.Function):
     g^T x, and MKL runs that product 3-8x slower when x has few columns (a first layer on
     a 6-number cartpole observation); the transposed product is the same numbers."""
 
+    generate_vmap_rule = True  # K stacked seeds (agents/seeds.py) run it under vmap
+
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # [B, I] -> [B, O]
-        ctx.save_for_backward(x, weight)
+    def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # [B, I] -> [B, O]
         return torch.addmm(bias, x, weight.t())
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight)
 
     @staticmethod
     def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor, Tensor]:  # g [B, O]

@@ -166,19 +166,22 @@ class PPO:
         return ro
 
     @torch.no_grad()
-    def prepare(self, ro: Rollout) -> Batch:
+    def prepare(self, ro: Rollout, next_values: Tensor | None = None) -> Batch:
         """GAE on unnormalized values, then PopArt moves to the new returns. The advantages
-        stay raw: `update` normalizes them as `advantage_norm` says."""
-        adv, ret = self.targets(ro)
+        stay raw: `update` normalizes them as `advantage_norm` says. next_values: V of each
+        step's reached state [T, N], where the caller computed them (agents/seeds.py)."""
+        adv, ret = self.targets(ro, next_values)
         self.move_popart(self.ac.critic, ret)
         return self.pack(ro, adv, ret)
 
     @torch.no_grad()
-    def targets(self, ro: Rollout) -> tuple[Tensor, Tensor]:
+    def targets(self, ro: Rollout, next_values: Tensor | None = None
+                ) -> tuple[Tensor, Tensor]:
         """The rollout's advantages and value targets [T, N] in reward units: GAE, or
         V-trace (off_policy='vtrace') against the policy about to be updated."""
         t, n = ro.rewards.shape
-        next_values = self.ac.critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)
+        if next_values is None:
+            next_values = self.ac.critic.value(ro.final_critic_obs.flatten(0, 1)).view(t, n)
         if self.cfg.off_policy == "vtrace":  # log pi(a|x) of the policy about to be updated
             mean = self.ac.actor.sequence(ro.obs, ro.state0, ro.starts())  # [T, N, A]
             log_pi = self.ac.actor.dist_of(mean).log_prob(ro.actions).sum(-1)  # [T, N]
@@ -299,17 +302,24 @@ class PPO:
         """One SGD step on minibatch `b` (its rollouts' `seq` for a recurrent actor); its
         statistics by logged name (0-d tensors). `adapt`: steer the learning rate by this
         minibatch's KL (when `desired_kl` > 0)."""
-        cfg, ac = self.cfg, self.ac
+        ac = self.ac
         loss, stats = self._forward_loss(b, seq, old_log_std)
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         # one bucket: every rank's gradients and KL, averaged (a no-op in one process)
         kl = self.comm.average_gradients(ac.parameters(), extra=stats["kl"], samples=len(b))
+        return stats | self.apply_gradients(kl, adapt)
+
+    def apply_gradients(self, kl: Tensor, adapt: bool) -> dict[str, Tensor]:
+        """The step after the backward pass: the learning rate steered by the minibatch's
+        KL (0-d; when `adapt` and `desired_kl` > 0), the gradient clipped, Adam's step.
+        Returns the logged kl, grad_norm and learning_rate (0-d)."""
+        cfg, ac = self.cfg, self.ac
         if adapt and cfg.desired_kl > 0:
             self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-        return stats | {"kl": kl, "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
+        return {"kl": kl, "grad_norm": grad_norm, "learning_rate": self.lr.clone()}
 
     def forward_loss(self, b: Batch, seq: Sequences | None, old_log_std: Tensor
                      ) -> tuple[Tensor, dict[str, Tensor]]:

@@ -1,5 +1,5 @@
-"""The runner: rollout -> values -> GAE -> PopArt -> update -> one host sync -> log ->
-[evaluate, off the clock] -> checkpoint.
+"""The runner: rollout -> values -> GAE -> PopArt -> update -> one host sync; the loop
+around it (log, evaluate off the clock, checkpoint) is agents/loop.py's.
 
 rsl_rl's split: the env (tasks/env.py) knows episodes, the algorithm (ppo.py) knows losses,
 the storage (storage.py) knows shapes, the collector (collect.py) knows who acts (the
@@ -9,13 +9,11 @@ in time. The run directory's files are trot/runs.py's.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import signal
-import time
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 import trot
 from trot import faults
@@ -26,15 +24,13 @@ from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      Comm, Preemption, rank_seed)
-from trot.agents.logger import RunLogger, progress_line
+from trot.agents.loop import TrainingLoop
 from trot.agents.networks import ActorCritic
-from trot.agents.periodic_eval import PeriodicEval
 from trot.agents.ppo import PPO
 from trot.agents.rollback import Rollback
-from trot.agents.storage import Rollout
+from trot.agents.storage import Batch, Rollout
 from trot.config import TrainConfig, to_json
-from trot.runs import (CHECKPOINT, new_run_dir, read_checkpoint, remove_stale_temps,
-                       run_config, write_config)
+from trot.runs import CHECKPOINT, new_run_dir, read_checkpoint, run_config, write_config
 from trot.tasks.env import Env
 from trot.tasks.registry import make_env
 
@@ -49,11 +45,14 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
-class Trainer:
+class Trainer(TrainingLoop):
     def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS,
-                 actors: Comm | None = None):
+                 actors: Comm | None = None, ac: ActorCritic | None = None,
+                 storage: Rollout | None = None):
         """actors: the job of decoupled actors this learner (its rank 0) feeds on
-        (cfg.actors, agents/actors.py); `comm` is then the learners' own job."""
+        (cfg.actors, agents/actors.py); `comm` is then the learners' own job.
+        ac, storage: the actor-critic (as built from cfg.seed) and the rollout buffer to
+        use, where they live in a stack of seeds (agents/seeds.py); default new ones."""
         cfg.validate()
         torch.manual_seed(cfg.seed)
         preempt = None
@@ -63,7 +62,8 @@ class Trainer:
         self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
         dev = env.device
-        self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev)
+        self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev) \
+            if ac is None else ac
         comm.broadcast_module(self.ac)  # identical replicas from the start
         capture = compiler(cfg.capture, dev)  # graph capture: agents/capture.py
         env.capture(capture)
@@ -72,7 +72,8 @@ class Trainer:
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         buffer = lambda: Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,  # noqa: E731
                                           env.critic_obs_dim, env.action_dim, dev,
-                                          self.ac.actor.state_size)
+                                          self.ac.actor.state_size) \
+            if storage is None else storage
         # plain, lagged (actor_lag) or prefetching (async_collect): agents/collect.py
         noise_seed = rank_seed(cfg.seed + NOISE_STREAM, comm.rank)
         self.collector = make_collector(cfg, env, self.algo, self.ac, buffer, noise_seed,
@@ -100,10 +101,19 @@ class Trainer:
         self.rollback.save()
         ro = self.collect()
         faults.point("rollout")  # e.g. a straggler, in the fault tests
-        dev = self.env.device
-        steps = self.comm.total(ro.steps * self.env.num_envs, dev)  # [1] all ranks'
+        steps = self.comm.total(ro.steps * self.env.num_envs, self.env.device)  # [1] all ranks'
         batch = self.algo.prepare(ro)
         stats = self.algo.update(batch, self.gen, lagged=self.collector.lagged)
+        names, values = self.measure(batch, stats, steps)
+        return self.account(dict(zip(names, values.tolist())))  # the one host sync
+
+    def measure(self, batch: Batch, stats: dict[str, Tensor], steps: Tensor
+                ) -> tuple[list[str], Tensor]:
+        """After the update: the normalizers learn the batch, the collector hands the env
+        back, and the iteration's metrics are gathered as names and one float64 device
+        tensor [M] (the update's `stats`, episodes, task and collector metrics, whether
+        the parameters are finite, and the env `steps` [1] of every rank)."""
+        dev = self.env.device
         self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
         self.collector.join()  # a rollout collected meanwhile: the env is ours again
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
@@ -116,10 +126,14 @@ class Trainer:
         own = self.collector.metrics()  # e.g. the decoupled actors' policy lag
         names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + list(own) + [
             "finite", "steps"]
-        values = torch.cat([torch.stack(list(stats.values())).double(), ep_vals.double(),
-                            *(v.double()[None] for v in [*task_m.values(), *own.values()]),
-                            finite.double()[None], steps]).tolist()  # the one host sync
-        m = dict(zip(names, values))
+        return names, torch.cat([torch.stack(list(stats.values())).double(), ep_vals.double(),
+                                 *(v.double()[None] for v in [*task_m.values(),
+                                                              *own.values()]),
+                                 finite.double()[None], steps.double()])
+
+    def account(self, m: dict[str, float]) -> dict[str, float]:
+        """The measured metrics `m` (plain floats) counted in: env steps and iterations,
+        a NaN update undone; returns what the iteration logs."""
         self.env_steps += int(m.pop("steps"))
         self.iteration += 1
         self._undo_if_nan(m.pop("finite") < 1.0)
@@ -183,68 +197,14 @@ class Trainer:
         self._consecutive_nan = s["consecutive_nan"]
         self.collector.load_state_dict(mine, s)
 
+    @property
+    def device(self) -> torch.device:
+        return self.env.device
+
     def save(self, run_dir: Path) -> None:
         state = self.state_dict()  # a collective: every rank calls save
         if state is not None:
             save_checkpoint(run_dir / CHECKPOINT, state)
-
-    # ------------------------------------------------------------------ the loop
-    def done(self) -> bool:
-        return self.cfg.spent(self.env_steps, self.wall_s)
-
-    def train(self, run_dir: Path, quiet: bool = False) -> Path:
-        main = self.comm.is_main
-        quiet = quiet or not main  # rank 0 alone prints, logs and writes files
-        if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
-            remove_stale_temps(run_dir)
-        logger = RunLogger(run_dir, iteration=self.iteration,
-                           env_steps=self.env_steps) if main else None
-        # eval.csv every cfg.eval_every iterations, off the training clock (rank 0)
-        evaluate = PeriodicEval(run_dir, self.cfg, self.iteration) \
-            if main and self.cfg.eval_every else None
-        stop = _StopFlag()
-        start = time.monotonic() - self.wall_s
-        last = (time.monotonic(), self.env_steps)
-        self.collector.interrupted = lambda: bool(stop.requested)
-        try:
-            with stop.installed():
-                # ranks agree on stopping (clocks and signals differ between processes)
-                while not self.comm.any(self.done() or bool(stop.requested), self.env.device):
-                    m = self.iterate()
-                    self.wall_s = time.monotonic() - start
-                    now = time.monotonic()
-                    m["wall_s"] = self.wall_s
-                    m["steps_per_s"] = (self.env_steps - last[1]) / max(now - last[0], 1e-9)
-                    last = (now, self.env_steps)
-                    if logger is not None:
-                        logger.log(m)
-                        faults.point("logged")
-                    if evaluate is not None:  # the clocks skip the time it took
-                        paused = evaluate(self.ac.actor, self.iteration, self.env_steps,
-                                          self.wall_s)
-                        start, last = start + paused, (last[0] + paused, last[1])
-                    if not quiet and self.iteration % self.cfg.log_every == 0:
-                        print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes),
-                              flush=True)
-                    if self.iteration % self.cfg.checkpoint_every == 0:
-                        if logger is not None:  # the logs reach disk before the checkpoint
-                            logger.flush()
-                        self.save(run_dir)
-                try:  # the decoupled actors' inbox: an actor that never came for its
-                    self.collector.close()  # stop raises, after the learner's last save
-                finally:  # still under the handlers: a Ctrl-C now is noted, not a lost save
-                    if logger is not None:
-                        logger, closing = None, logger
-                        closing.close()
-                    self.save(run_dir)
-        finally:
-            if logger is not None:  # an error above: keep what was logged
-                logger.close()
-        if stop.requested and main:
-            print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
-                  f"  trot train --resume {run_dir}", flush=True)
-        return run_dir
-
 
 def _process_count_error(saved: int, now: int) -> str:
     procs = f"{saved} process" + ("es" if saved != 1 else "")
@@ -254,27 +214,6 @@ def _process_count_error(saved: int, now: int) -> str:
             "rank's env states and random streams are saved in it, so a different process "
             "count cannot continue the run exactly. Resume with `trot train --resume "
             f"RUN_DIR` (it keeps the run's process count, from config.json){torchrun}")
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM finish the current iteration, then checkpoint. A second SIGINT aborts."""
-
-    def __init__(self) -> None:
-        self.requested: str | None = None
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-
-    @contextlib.contextmanager
-    def installed(self):
-        old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
 
 
 def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS, actors: Comm | None = None) -> Trainer:

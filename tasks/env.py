@@ -210,11 +210,22 @@ class Env:
         self.last_action.masked_fill_(mask[:, None], 0.0)
 
     def step(self, action: Tensor) -> StepResult:
+        action, bad_action, ctrl = self.begin_step(action)
+        self.sim.step(ctrl)
+        return self.end_step(action, bad_action)
+
+    def begin_step(self, action: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
+        """A step up to the physics: the checked, clipped action [N, A], the envs whose
+        action was not finite ([N] bool, or None), and the control [N, nu] for the sim.
+        Split from `end_step` so that blocks of one sim (agents/seeds.py) step together."""
         if self.obs is None:
             raise RuntimeError("call env.reset() before env.step()")
         action, bad_action = self._checked(action)
         self.task.pre_step(self.sim, self.gen)
-        self.sim.step(self.task.action_to_ctrl(action))
+        return action, bad_action, self.task.action_to_ctrl(action)
+
+    def end_step(self, action: Tensor, bad_action: Tensor | None) -> StepResult:
+        """The step after the physics: task state, observation, reward, resets."""
         self.task.post_step(self.sim, action)
         self.last_action.copy_(action)
         self.episode_step += 1

@@ -11,6 +11,7 @@ import mujoco
 import torch
 
 from trot.sim import make_sim, resolve_device
+from trot.sim.rows import SimRows
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.env import Env
 from trot.tasks.hosted import HostedEnv
@@ -95,6 +96,35 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     """Build N envs of a registered task. `config` replaces the task's default config.
     sim="cpu" with a GPU `device` is Sebulba mode (tasks/hosted.py): MuJoCo C on the host,
     results on the GPU."""
+    t, model, cfg = _task(task, num_envs, config)
+    device = resolve_device(device)
+    hosted = sim == "cpu" and device.type != "cpu"
+    s = make_sim(sim, model, num_envs, cfg.substeps, "cpu" if hosted else device,
+                 fields=t.data_fields)
+    return HostedEnv(Env(task, t, s, seed), device) if hosted else Env(task, t, s, seed)
+
+
+def make_block_envs(task: str, num_envs: int, sim: str, device: str | torch.device,
+                    seeds: list[int], config: TaskConfig | None = None) -> list[Env]:
+    """K envs of N envs each (K = len(seeds)), one per env seed, on consecutive blocks of
+    rows of one sim of K x N envs (sim/rows.py): the physics steps every block at once
+    (agents/seeds.py), each block's task and random streams are its own."""
+    t, model, cfg = _task(task, num_envs, config)
+    device = resolve_device(device)
+    if sim == "cpu" and device.type != "cpu":
+        raise ValueError("blocks of envs on one sim take the cpu sim on the cpu, or mjx; "
+                         f"got sim {sim!r} on device {device} (Sebulba mode)")
+    n = num_envs
+    parent = make_sim(sim, model, len(seeds) * n, cfg.substeps, device, fields=t.data_fields)
+    tasks = [t] + [get_task(task).task_cls(cfg) for _ in seeds[1:]]
+    return [Env(task, tk, SimRows(parent, k * n, (k + 1) * n), seed)
+            for k, (tk, seed) in enumerate(zip(tasks, seeds))]
+
+
+def _task(task: str, num_envs: int, config: TaskConfig | None
+          ) -> tuple[Task, mujoco.MjModel, TaskConfig]:
+    """The task built from its config (`config`, or its default), its compiled model, and
+    the config, checked."""
     entry = get_task(task)
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -104,10 +134,4 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
                         f"got {type(cfg).__name__}")
     cfg.validate()
     t = entry.task_cls(cfg)
-    model = compile_model(t)
-    device = resolve_device(device)
-    hosted = sim == "cpu" and device.type != "cpu"
-    s = make_sim(sim, model, num_envs, cfg.substeps, "cpu" if hosted else device,
-                 fields=t.data_fields)
-    return HostedEnv(Env(task, t, s, seed), device) if hosted else Env(task, t, s, seed)
-
+    return t, compile_model(t), cfg

@@ -1,6 +1,7 @@
 """The training commands of the CLI (trot/cli.py dispatches to them):
 
     trot train TASK [--algo ppo|a2c|a3c] [--actors K] [--nproc K] [--agent.FIELD V] ...
+    trot train TASK --seeds S1 S2 ... (several seeds in one process, agents/seeds.py)
     trot train --resume RUN_DIR [--max-env-steps N] [--minutes M]
     trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]
 
@@ -47,6 +48,10 @@ def parse_train(args: list[str], prog: str = "trot train",
     cls.__doc__ = f"{prog.capitalize()} {entry.name}: {entry.description}"
     budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
     default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
+    given = {a.split("=")[0] for a in args[1:]}
+    if {"--seed", "--seeds"} <= given:
+        raise ValueError("give --seed S (one run) or --seeds S1 S2 ... (several, trained "
+                         "together), not both")
     parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"{prog} {entry.name}")
     if parsed.task != entry.name:
         raise ValueError("give the task as the first argument, not --task")
@@ -99,6 +104,8 @@ def train(args: list[str]) -> int:
         cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
         if cfg.algo == "a3c":
             return _train_a3c(cfg, resume)
+        if cfg.seeds:
+            return _train_seeds(cfg, resume)
         procs = cfg.actors + 1 if cfg.actors else cfg.nproc
         if procs > 1 and "WORLD_SIZE" not in os.environ:
             from trot.launch import launch_torchrun
@@ -190,6 +197,37 @@ def _train_a3c(cfg, resume: ResumeArgs | None) -> int:
         return fail(str(e))
     if run.cfg.export:
         _export_after_training(run_dir)
+    print(run_dir)
+    return 0
+
+
+def _train_seeds(cfg, resume: ResumeArgs | None) -> int:
+    """`trot train TASK --seeds S1 S2 ...`: the seeds as one program (agents/seeds.py)."""
+    from trot.agents.checkpoint import CheckpointError
+    from trot.agents.seeds import resume_seeds, seed_dir, start_seeds
+    from trot.runs import raise_budget
+
+    try:
+        if resume:
+            run_dir = Path(resume.resume)
+            run = resume_seeds(run_dir)
+            run.cfg = raise_budget(run_dir, run.cfg, run.env_steps, run.wall_s,
+                                   resume.max_env_steps, resume.minutes)
+            for tr in run.trainers:  # each seed's config.json keeps the budget too
+                tr.cfg = raise_budget(seed_dir(run_dir, tr.cfg.seed), tr.cfg, run.env_steps,
+                                      run.wall_s, resume.max_env_steps, resume.minutes)
+            msg = f"resuming {run_dir} at iteration {run.iteration}"
+        else:
+            run, run_dir = start_seeds(cfg)
+            msg = f"run directory: {run_dir}"
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return fail(str(e))
+    print(f"{msg} (seeds {', '.join(map(str, run.cfg.seeds))}, trained together)",
+          flush=True)
+    run.train(run_dir)
+    if run.cfg.export:
+        for s in run.cfg.seeds:
+            _export_after_training(seed_dir(run_dir, s))
     print(run_dir)
     return 0
 

@@ -31,6 +31,10 @@ class TrainConfig:
     """parallel simulated robots"""
     seed: int = 0
     """seeds the envs, the network init and the sampling"""
+    seeds: tuple[int, ...] = ()
+    """train these seeds together, in one process as one batched program (replaces
+    --seed): each is a whole one-seed run in RUN_DIR/seed_S, with its own envs (blocks of
+    one sim), networks, optimizer and statistics (agents/seeds.py)"""
     device: str = "cpu"
     """learner device: cpu, cuda, cuda:K (also the sim's on mjx)"""
     sim: str = "cpu"
@@ -140,6 +144,7 @@ class TrainConfig:
         self._check_a3c()
         self._check_preemption()
         self._check_actors()
+        self._check_seeds()
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()
@@ -183,6 +188,27 @@ class TrainConfig:
                              "nproc 1, sim cpu, device cpu (a CUDA learner is not built "
                              "yet), actor_lag 0, no async_collect or preemption, algo ppo "
                              "or a2c")
+
+    def _check_seeds(self) -> None:
+        """Stacked seeds: the plain collector and PPO/A2C update of one process."""
+        s = self.seeds
+        if not s:
+            return
+        if len(set(s)) != len(s) or min(s) < 0:
+            raise ValueError(f"seeds must be distinct integers >= 0, got {list(s)}")
+        a = self.agent_effective
+        clashes = {"nproc": (self.nproc != 1, 1), "actors": (self.actors != 0, 0),
+                   "algo": (self.algo == "a3c", "ppo or a2c"),
+                   "actor_lag": (self.actor_lag != 0, 0),
+                   "async_collect": (self.async_collect, False),
+                   "eval_every": (self.eval_every != 0, "0 (then trot eval RUN_DIR/seed_S)"),
+                   "capture": (self.capture not in ("auto", "off"), "auto or off"),
+                   "agent.rnn": (a.rnn != "none", "none"),
+                   "agent.symmetry": (a.symmetry == "augment", "not augment")}
+        bad = [f"{k} (accepted: {ok})" for k, (clash, ok) in clashes.items() if clash]
+        if bad:
+            raise ValueError("seeds trained together (--seeds) are not built yet with: "
+                             + ", ".join(bad))
 
     def _check_a3c(self) -> None:
         """A3C's workers share CPU memory and step their own envs, in one process group."""

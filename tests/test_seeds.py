@@ -1,0 +1,181 @@
+"""K seeds trained in one process as one program (agents/seeds.py, `trot train --seeds`)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG restored)
+from trot.agents.config import PPOConfig
+from trot.agents.seeds import Seeds
+from trot.agents.trainer import build
+from trot.cli import main as cli_main
+from trot.config import TrainConfig
+from trot.runs import read_checkpoint
+from trot.sim import make_sim
+from trot.sim.rows import SimRows
+from trot.tasks.registry import compile_model, get_task
+
+# float32 updates: under bfloat16 the stacked and the plain matrix products round apart by
+# bf16's 3 digits rather than float32's 7 (the stack itself would not change)
+AGENT = dataclasses.replace(PPOConfig(), actor_hidden=(64, 64), critic_hidden=(64, 64),
+                            rollout_steps=16, update_dtype="float32")
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([v.detach().double().flatten() for v in tensors])
+
+
+def _params(trainer) -> torch.Tensor:
+    return _flat(trainer.ac.parameters())
+
+
+def _statistics(trainer) -> torch.Tensor:
+    """The normalizers' and PopArt's means and variances (counts left out: they are the
+    same in every run and would dominate the norm)."""
+    return _flat(v for k, v in trainer.ac.named_buffers() if not k.endswith("count"))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / a.norm())
+
+
+@pytest.mark.parametrize("task,n,iterations", [("cartpole-balance", 64, 3), ("go1-flat", 32, 1)])
+def test_each_seed_of_a_stack_follows_its_own_one_seed_run(tmp_path, task, n, iterations):
+    """Seeds 0, 3 and 5 trained together against three separate runs: 3 iterations of
+    cartpole, 1 of go1-flat (its contacts branch a trajectory on such differences: one env
+    of 32 did at the 3rd iteration, and the runs then part by 3e-3), whose envs draw
+    commands, pushes and start states.
+    Not bitwise: vmap's batched matrix products round differently from the plain ones
+    (1e-7 in a width-1 value head; 1e-8 in cartpole's first actions), and the envs, Adam
+    and the KL-adaptive rate's threshold decisions carry that along: measured, the
+    parameters differ by up to 2.2e-6 of their norm after 3 cartpole iterations and by
+    1.1e-5 after one go1-flat update from an identical rollout; the normalizers' and
+    PopArt's statistics by 8e-7. Bound: 1e-4, while another seed's are 1.4 away. Catches: seeds sharing a generator, one seed's
+    gradient, statistics or envs reaching another's, a seed trained on the wrong block of
+    envs or initialised from the wrong seed."""
+    cfg = TrainConfig(task=task, num_envs=n, seeds=(0, 3, 5), agent=AGENT, export=False)
+    stack = Seeds(cfg, tmp_path)
+    for _ in range(iterations):
+        stack.iterate()
+    separate = []
+    for seed in cfg.seeds:
+        one = build(dataclasses.replace(cfg, seed=seed, seeds=()))
+        for _ in range(iterations):
+            m = one.iterate()
+        separate.append((one, m))
+    for k, (one, m) in enumerate(separate):
+        mine = stack.trainers[k]
+        assert _rel(_params(one), _params(mine)) < 1e-4
+        assert _rel(_statistics(one), _statistics(mine)) < 1e-4
+        assert float(one.algo.lr) == pytest.approx(float(mine.algo.lr), rel=1e-4)
+        assert mine.env_steps == one.env_steps == iterations * n * AGENT.rollout_steps
+        ro, own = one.collector.storage, mine.collector.storage  # the last rollout
+        torch.testing.assert_close(own.obs, ro.obs, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(own.rewards, ro.rewards, rtol=1e-4, atol=1e-5)
+        if "episode_return" in m:  # go1-flat's first 16 steps end no episode
+            assert stack.last[k]["episode_return"] == pytest.approx(m["episode_return"],
+                                                                    rel=1e-5)
+        other = separate[(k + 1) % 3][0]
+        assert _rel(_params(other), _params(mine)) > 0.1
+
+
+def test_a_nan_update_is_undone_for_its_seed_alone(tmp_path):
+    """Seed 1's advantages made NaN: its update is undone (its parameters as before the
+    iteration, one NaN update counted) while seed 0 learns as its separate run.
+    Catches a NaN leaking through the stacked backward or the rollback of every seed."""
+    cfg = TrainConfig(task="cartpole-balance", num_envs=64, seeds=(0, 1), agent=AGENT,
+                      export=False)
+    stack = Seeds(cfg, tmp_path)
+    stack.iterate()
+    before = {k: v.clone() for k, v in stack.trainers[1].ac.state_dict().items()}
+    bad = stack.trainers[1].algo
+    prepare = bad.prepare
+
+    def poisoned(ro, next_values=None):
+        batch = prepare(ro, next_values)
+        batch.advantages.fill_(float("nan"))
+        return batch
+
+    bad.prepare = poisoned
+    summary = stack.iterate()
+    assert summary["nan_updates"] == 1
+    assert [tr.nan_updates for tr in stack.trainers] == [0, 1]
+    after = stack.trainers[1].ac.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    one = build(dataclasses.replace(cfg, seed=0, seeds=()))
+    one.iterate()
+    one.iterate()
+    assert _rel(_params(one), _params(stack.trainers[0])) < 1e-4  # as in the test above
+
+
+def test_a_block_of_rows_acts_on_its_rows_alone():
+    """Resets, pushes and per-env parameters through rows [N, 2N) of a sim of 3N envs,
+    then one parent step: the block's rows match a sim of N envs given the same calls,
+    and the other rows match a sim given none. Catches an offset or a mask that reaches
+    another block's rows."""
+    task = get_task("cartpole-balance")
+    model, n = compile_model(task.task_cls(task.config)), 8
+    parent = make_sim("cpu", model, 3 * n, 2, "cpu")
+    alone, untouched = make_sim("cpu", model, n, 2, "cpu"), make_sim("cpu", model, n, 2, "cpu")
+    block = SimRows(parent, n, 2 * n)
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.rand(n, generator=gen) < 0.5
+    qpos, qvel = torch.rand(n, model.nq, generator=gen), torch.rand(n, model.nv, generator=gen)
+    mass = alone.params("body_mass") * (1 + torch.rand(n, model.nbody, generator=gen))
+    push = torch.rand(n, model.nv, generator=gen)
+    for sim in (block, alone):
+        sim.reset(mask, qpos, qvel)
+        sim.set_params("body_mass", ~mask, mass)
+        sim.kick(~mask, push)
+    ctrl = torch.rand(3 * n, model.nu, generator=gen)
+    parent.step(ctrl)
+    alone.step(ctrl[n:2 * n])
+    untouched.step(ctrl[:n])
+    assert torch.equal(block.qpos, alone.qpos) and torch.equal(block.qvel, alone.qvel)
+    assert torch.equal(block.params("body_mass"), alone.params("body_mass"))
+    assert torch.equal(parent.qpos[:n], untouched.qpos)
+    assert torch.equal(parent.params("body_mass")[2 * n:], untouched.params("body_mass"))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, capsys):
+    """`trot train --seeds` interrupted and resumed equals the straight run bit for bit,
+    the logs continue without a repeated iteration, and each seed's directory is a run
+    that eval, export and sim2sim load. Bad combinations are refused by name."""
+    base = ["train", "cartpole-balance", "--seeds", "0", "1", "--num-envs", "64",
+            "--agent.rollout-steps", "16", "--no-export", "--checkpoint-every", "2"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert cli_main(base + ["--max-env-steps", str(8 * 1024), "--run-dir", str(straight)]) == 0
+    assert cli_main(base + ["--max-env-steps", str(4 * 1024), "--run-dir", str(split)]) == 0
+    assert cli_main(["train", "--resume", str(split), "--max-env-steps", str(8 * 1024)]) == 0
+    out = capsys.readouterr().out
+    assert "x 2 seeds" in out and "return median" in out
+    for s in ("seed_0", "seed_1"):
+        a, b = read_checkpoint(straight / s)["model"], read_checkpoint(split / s)["model"]
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert [r["iteration"] for r in _rows(split / s / "metrics.csv")] == \
+            [str(i) for i in range(1, 9)]
+    summary = _rows(split / "seeds.csv")
+    assert [r["iteration"] for r in summary] == [str(i) for i in range(1, 9)]
+    assert float(summary[-1]["episode_return/min"]) <= float(summary[-1]["episode_return/median"]) \
+        <= float(summary[-1]["episode_return/max"])
+    seed1 = split / "seed_1"
+    assert cli_main(["eval", str(seed1), "--episodes", "4"]) == 0
+    assert cli_main(["export", str(seed1)]) == 0
+    assert cli_main(["sim2sim", str(seed1), "--episodes", "4"]) == 0
+    capsys.readouterr()
+    assert cli_main(["eval", str(split)]) == 2
+    assert "give one seed's directory" in capsys.readouterr().err
+    assert cli_main(base[:2] + ["--seed", "1", "--seeds", "0", "1"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert cli_main(base[:4] + ["--agent.symmetry", "augment"]) == 2
+    assert "agent.symmetry" in capsys.readouterr().err

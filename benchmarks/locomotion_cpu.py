@@ -46,9 +46,15 @@ training or writing.
 
 Seeds: `--seeds 0 1 2` trains each seed in turn (run dirs `RUN_DIR_seedK`, CSVs
 `OUT_seedK.csv`), prints for each the env steps and training wall-clock at which both
-thresholds first held and its env-steps/s, then their median and range. With `--resume`
-every seed continues from its own checkpoint (a finished seed is only re-reported; one
-without a checkpoint yet starts).
+thresholds first held and its env-steps/s, then their median and range, and the training
+time until every seed walked. With `--resume` every seed continues from its own checkpoint
+(a finished seed is only re-reported; one without a checkpoint yet starts).
+`--stacked` trains the seeds together in one process instead (`trot train --seeds`,
+agents/seeds.py; one run directory RUN_DIR with RUN_DIR/seed_K), evaluating every seed at
+each evaluation. It is not the default: on 2 CPU cores it is no faster (docs/benchmarks.md,
+"Seeds in one process"): the physics, most of an iteration, costs the same for K x N envs
+in one sim as for N envs K times, and vmap's batched matrix products run slower on the CPU
+than the same products one seed at a time.
 
     python benchmarks/locomotion_cpu.py --seeds 0 1 2 --budget-min 20 --eval-every-min 2 \
         --episodes 128 --out docs/data/go1_seeds.csv
@@ -121,6 +127,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="train these seeds in turn and report their median and range")
+    p.add_argument("--stacked", action="store_true",
+                   help="--seeds trained together in one process (agents/seeds.py) "
+                        "instead of in turn")
     p.add_argument("--sim", default="cpu", help="physics backend for training: cpu or mjx")
     p.add_argument("--device", default="cpu", help="the learner's (and mjx's) device")
     p.add_argument("--run-dir", default=None, help="default runs/TASK/locomotion_cpu")
@@ -246,6 +255,46 @@ def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict
             "hit_msteps": hit["env_steps"] / 1e6 if hit else math.nan}
 
 
+def run_stacked(a: argparse.Namespace, run_dir: Path, out: Path) -> list[dict]:
+    """--seeds --stacked: the seeds trained together to the budget (or, with
+    --stop-when-met, until every seed has met the thresholds), every seed evaluated at
+    each evaluation; one CSV per seed. Returns each seed's summary (its rate: the stack's
+    env-steps/s of all seeds over the number of seeds)."""
+    from trot.agents.seeds import resume_seeds, start_seeds
+
+    outs = [out.with_name(f"{out.stem}_seed{k}{out.suffix}") for k in a.seeds]
+    if a.resume and (run_dir / CHECKPOINT).exists():
+        stack, rows = resume_seeds(run_dir), [_read_csv(o) for o in outs]
+    else:
+        entry = get_task(a.task)
+        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seeds=tuple(a.seeds),
+                          agent=tuned(entry.agent + tuple(parse_override(x) for x in a.agent)),
+                          env=dataclasses.replace(entry.config, **dict(map(parse_override,
+                                                                          a.env))),
+                          max_env_steps=10**12, run_dir=str(run_dir),
+                          **dict(map(parse_override, a.train)))
+        (stack, _), rows = start_seeds(cfg), [[] for _ in a.seeds]
+    train_s = stack.wall_s
+    print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
+    while train_s < 60 * a.budget_min and not (
+            a.stop_when_met and all(any(_met(a, r) for r in own) for own in rows)):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 60 * a.eval_every_min and \
+                train_s + time.perf_counter() - t0 < 60 * a.budget_min:
+            stack.iterate()
+        train_s += time.perf_counter() - t0
+        for own, tr, o, last in zip(rows, stack.trainers, outs, stack.last):
+            own.append(evaluation_row(a, tr, train_s, last.get("episode_return", math.nan)))
+            atomic_write(o, lambda path, own=own: _write_csv(path, own))
+        stack.wall_s = train_s
+        stack.save(run_dir)
+    hits = [next((r for r in own if _met(a, r)), None) for own in rows]
+    return [{"seed": s, "rate": stack.env_steps / max(train_s, 1e-9),
+             "hit_min": h["train_s"] / 60 if h else math.nan,
+             "hit_msteps": h["env_steps"] / 1e6 if h else math.nan}
+            for s, h in zip(a.seeds, hits)]
+
+
 def _spread(values: list[float]) -> str:
     """median (min..max); a seed that never met the thresholds counts as above the rest."""
     met = [v for v in values if not math.isnan(v)]
@@ -263,12 +312,18 @@ def main() -> None:
     if a.seeds is None:
         run_seed(a, a.seed, base_dir, out)
         return
-    results = [run_seed(a, k, base_dir.with_name(f"{base_dir.name}_seed{k}"),
-                        out.with_name(f"{out.stem}_seed{k}{out.suffix}")) for k in a.seeds]
+    results = run_stacked(a, base_dir, out) if a.stacked else [
+        run_seed(a, k, base_dir.with_name(f"{base_dir.name}_seed{k}"),
+                 out.with_name(f"{out.stem}_seed{k}{out.suffix}")) for k in a.seeds]
     print("\n  seed  env-steps/s  thresholds met at (min)  (M env steps)")
     for r in results:
         print(f"{r['seed']:>6}  {r['rate']:>11,.0f}  {r['hit_min']:>23.1f}  "
               f"{r['hit_msteps']:>13.1f}")
+    if not any(math.isnan(r["hit_min"]) for r in results):  # every seed walks: by then
+        last = max(r["hit_min"] for r in results) if a.stacked else sum(  # in turn: the sum
+            r["hit_min"] for r in results)
+        print(f"{len(results)} walking seeds after {last:.1f} min of training "
+              f"({'together' if a.stacked else 'one after another'})")
     print(f"median (range) over {len(results)} seeds: "
           f"{_spread([r['hit_min'] for r in results])} min, "
           f"{_spread([r['hit_msteps'] for r in results])} M env steps, "

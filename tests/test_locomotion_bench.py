@@ -71,3 +71,21 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
     assert float(lines[header + 1].split()[1]) == float(_rows(tmp_path / "curve_seed1.csv")
                                                         [-1]["env_steps"])
     assert (tmp_path / "curve_seed1.csv").read_text() == before
+
+
+def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
+    """--stacked: the seeds in one process (one run directory with seed_K inside), every
+    seed evaluated into its own CSV, the time until every seed walked printed, and a
+    --resume over a spent budget that repeats no row. Catches the evaluations of one seed
+    written for another, or rows repeated on resume."""
+    out = _run(tmp_path, "--seeds", "0", "1", "--stacked", "--max-error", "100",
+               "--max-falls", "1")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["seeds"] == [0, 1]
+    rows = [_rows(tmp_path / f"curve_seed{k}.csv") for k in (0, 1)]
+    assert 1 <= len(rows[0]) == len(rows[1]) <= 2
+    assert [r["env_steps"] for r in rows[0]] == [r["env_steps"] for r in rows[1]]
+    assert rows[0][0]["lin_vel_error"] != rows[1][0]["lin_vel_error"]  # two policies
+    hit = max(float(r[0]["train_s"]) for r in rows) / 60
+    assert f"2 walking seeds after {hit:.1f} min of training (together)" in out
+    _run(tmp_path, "--seeds", "0", "1", "--stacked", "--resume")
+    assert [len(_rows(tmp_path / f"curve_seed{k}.csv")) for k in (0, 1)] == [len(r) for r in rows]

@@ -24,7 +24,6 @@ eval, export, play and sim2sim load (and `trot train --resume` continues alone),
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from torch.utils._pytree import tree_map
 from trot.agents.checkpoint import require_keys, save_checkpoint
 from trot.agents.collect import set_threads
 from trot.agents.distributed import ENV_STREAM, ONE_PROCESS, rank_seed
-from trot.agents.logger import CsvRows, RunLogger, fmt_duration
+from trot.agents.seed_logs import SeedLogs, seeds_progress_line, summarize
 from trot.agents.loop import TrainingLoop
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import normalize_advantages
@@ -47,9 +46,6 @@ from trot.config import TrainConfig, to_json
 from trot.runs import CHECKPOINT, new_run_dir, read_checkpoint, run_config, write_config
 from trot.sim.rows import load_blocks
 from trot.tasks.registry import make_block_envs
-
-SUMMARIZED = ("episode_return", "episode_length")  # besides task/*: medians in seeds.csv
-
 
 def seed_dir(run_dir: Path, seed: int) -> Path:
     return Path(run_dir) / f"seed_{seed}"
@@ -292,7 +288,9 @@ class Seeds(TrainingLoop):
 
     # ------------------------------------------------------------------ outputs
     def open_logger(self, run_dir: Path) -> SeedLogs:
-        return SeedLogs(run_dir, self)
+        return SeedLogs([seed_dir(run_dir, s) for s in self.cfg.seeds],
+                        Path(run_dir) / "seeds.csv", self.iteration, self.env_steps,
+                        lambda: self.last)
 
     def progress(self, m: dict[str, float]) -> str:
         return seeds_progress_line(m, len(self.trainers), self.cfg)
@@ -334,63 +332,6 @@ def _block(ro: Rollout, i: int, n: int) -> Rollout:
 def _compact(tree: Any) -> Any:
     """Copies of the tensors of a state: a view would be saved with its whole storage."""
     return tree_map(lambda x: x.clone() if isinstance(x, Tensor) else x, tree)
-
-
-def summarize(per_seed: list[dict[str, float]]) -> dict[str, float]:
-    """The iteration across seeds: counters as one seed's (they agree), NaN updates summed,
-    and the median, min and max of the episode and task metrics over the seeds that have
-    them (a seed with no finished episode this iteration has none)."""
-    first = per_seed[0]
-    out = {"iteration": first["iteration"], "env_steps": first["env_steps"],
-           "nan_updates": sum(m["nan_updates"] for m in per_seed)}
-    names = dict.fromkeys(k for m in per_seed for k in m
-                          if k in SUMMARIZED or k.startswith("task/"))
-    for name in names:
-        vals = [m[name] for m in per_seed if name in m]
-        out |= {f"{name}/median": statistics.median(vals), f"{name}/min": min(vals),
-                f"{name}/max": max(vals)}
-    return out
-
-
-def seeds_progress_line(m: dict[str, float], k: int, cfg: TrainConfig) -> str:
-    rate = m["steps_per_s"]  # one seed's: every seed steps as many envs
-    left = (cfg.max_env_steps - m["env_steps"]) / max(rate, 1e-9)
-    if cfg.minutes > 0:
-        left = min(left, 60 * cfg.minutes - m["wall_s"])
-    ret = "-" if "episode_return/median" not in m else (
-        f"{m['episode_return/median']:.2f} ({m['episode_return/min']:.2f} to "
-        f"{m['episode_return/max']:.2f})")
-    task = "".join(f" | {k[5:-7]} {v:.3g}" for k, v in m.items()
-                   if k.startswith("task/") and k.endswith("/median"))
-    return (f"it {int(m['iteration']):5d} | {m['env_steps'] / 1e6:7.2f}M steps x {k} seeds | "
-            f"{k * rate:8,.0f} steps/s | return median {ret}{task} | "
-            f"{fmt_duration(m['wall_s'])} elapsed, ETA {fmt_duration(left)}")
-
-
-class SeedLogs:
-    """Each seed's metrics.csv and TensorBoard in its directory (RunLogger), and seeds.csv:
-    the summary across seeds, one row per iteration, resume-safe as metrics.csv is."""
-
-    def __init__(self, run_dir: Path, seeds: Seeds):
-        self.seeds = seeds
-        self.loggers = [RunLogger(seed_dir(run_dir, s), iteration=seeds.iteration,
-                                  env_steps=seeds.env_steps) for s in seeds.cfg.seeds]
-        self.summary = CsvRows(Path(run_dir) / "seeds.csv",
-                               ("iteration", "env_steps", "wall_s", "steps_per_s"),
-                               seeds.iteration)
-
-    def log(self, m: dict[str, float]) -> None:
-        for logger, own in zip(self.loggers, self.seeds.last):
-            logger.log(own | {"wall_s": m["wall_s"], "steps_per_s": m["steps_per_s"]})
-        self.summary.append(m)
-
-    def flush(self) -> None:
-        for logger in self.loggers:
-            logger.flush()
-
-    def close(self) -> None:
-        for logger in self.loggers:
-            logger.close()
 
 
 def start_seeds(cfg: TrainConfig) -> tuple[Seeds, Path]:

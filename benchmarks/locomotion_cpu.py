@@ -274,7 +274,7 @@ def run_stacked(a: argparse.Namespace, run_dir: Path, out: Path) -> list[dict]:
                           max_env_steps=10**12, run_dir=str(run_dir),
                           **dict(map(parse_override, a.train)))
         (stack, _), rows = start_seeds(cfg), [[] for _ in a.seeds]
-    train_s = stack.wall_s
+    train_s, returns = stack.wall_s, [math.nan] * len(a.seeds)  # each seed's last known
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
     while train_s < 60 * a.budget_min and not (
             a.stop_when_met and all(any(_met(a, r) for r in own) for own in rows)):
@@ -282,9 +282,10 @@ def run_stacked(a: argparse.Namespace, run_dir: Path, out: Path) -> list[dict]:
         while time.perf_counter() - t0 < 60 * a.eval_every_min and \
                 train_s + time.perf_counter() - t0 < 60 * a.budget_min:
             stack.iterate()
+            returns = [m.get("episode_return", r) for m, r in zip(stack.last, returns)]
         train_s += time.perf_counter() - t0
-        for own, tr, o, last in zip(rows, stack.trainers, outs, stack.last):
-            own.append(evaluation_row(a, tr, train_s, last.get("episode_return", math.nan)))
+        for own, tr, o, ret in zip(rows, stack.trainers, outs, returns):
+            own.append(evaluation_row(a, tr, train_s, ret))
             atomic_write(o, lambda path, own=own: _write_csv(path, own))
         stack.wall_s = train_s
         stack.save(run_dir)

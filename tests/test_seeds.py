@@ -149,8 +149,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, capsys):
     """`trot train --seeds` interrupted and resumed equals the straight run bit for bit,
-    the logs continue without a repeated iteration, and each seed's directory is a run
-    that eval, export and sim2sim load. Bad combinations are refused by name."""
+    the logs continue without a repeated iteration, each seed's directory is a run that
+    eval, export and sim2sim load, and `trot compare` draws the seeds as one curve. Bad combinations are refused by name."""
     base = ["train", "cartpole-balance", "--seeds", "0", "1", "--num-envs", "64",
             "--agent.rollout-steps", "16", "--no-export", "--checkpoint-every", "2"]
     straight, split = tmp_path / "straight", tmp_path / "split"
@@ -172,6 +172,9 @@ def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, ca
     assert cli_main(["eval", str(seed1), "--episodes", "4"]) == 0
     assert cli_main(["export", str(seed1)]) == 0
     assert cli_main(["sim2sim", str(seed1), "--episodes", "4"]) == 0
+    assert cli_main(["compare", str(split), "--out", str(tmp_path / "c.png")]) == 0
+    band = _rows(tmp_path / "c.csv")  # one curve: both seeds' median and band
+    assert band and {r["curve"] for r in band} == {str(split)}
     capsys.readouterr()
     assert cli_main(["eval", str(split)]) == 2
     assert "give one seed's directory" in capsys.readouterr().err

@@ -175,12 +175,12 @@ def load_run(run_dir: Path, num_envs: int, seed: int = 12345, device: str = "cpu
     sim: the physics backend of that env (default: the run's own, `cfg.sim`); course: on
     the task's fixed terrain course (`course_changes`); changes: task config fields to
     replace (`trot view`: no pushes, no randomization)."""
+    state = read_checkpoint(run_dir, map_location=device)
     cfg = load_json(Path(run_dir) / CONFIG)
     if cfg.seeds:
         raise ValueError(f"{run_dir} is a run of seeds {list(cfg.seeds)} trained together: "
                          f"give one seed's directory, e.g. {Path(run_dir) / 'seed_'}"
                          f"{cfg.seeds[0]}")
-    state = read_checkpoint(run_dir, map_location=device)
     task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
     changes = (changes or {}) | (course_changes(cfg.task, task_cfg) if course else {})
     env = make_env(cfg.task, num_envs, cfg.sim if sim is None else sim, device, seed,

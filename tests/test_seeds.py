@@ -182,3 +182,33 @@ def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, ca
     assert "not both" in capsys.readouterr().err
     assert cli_main(base[:4] + ["--agent.symmetry", "augment"]) == 2
     assert "agent.symmetry" in capsys.readouterr().err
+
+
+def test_seeds_throughput_benchmark_reports_the_median_of_its_rounds():
+    """benchmarks/seeds_throughput.py (docs/benchmarks.md names its command) at toy sizes:
+    it runs both arms and its summary is the median and range of the rounds it printed.
+    Catches the script drifting from the Seeds/Trainer API, or a summary that is not
+    computed from its own rounds (a ratio inverted, a round left out)."""
+    import re
+    import statistics
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "seeds_throughput.py"),
+                           "--task", "cartpole-balance", "--seeds", "0", "1", "--num-envs",
+                           "8", "--iterations", "1", "--warmup", "1", "--rounds", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rounds = re.findall(r"stacked ([\d,]+) env-steps/s, one after another ([\d,]+) "
+                        r"env-steps/s, ratio ([\d.]+)", done.stdout)
+    assert len(rounds) == 3
+    for stack, alone, ratio in rounds:  # the ratio is of the two rates it printed
+        rate = lambda s: float(s.replace(",", ""))  # noqa: E731
+        assert float(ratio) == pytest.approx(rate(stack) / rate(alone), rel=1e-2)
+    ratios = [float(r) for _, _, r in rounds]
+    summary = re.search(r"median of 3 rounds: ([\d.]+) \(range ([\d.]+)-([\d.]+)\)",
+                        done.stdout)
+    assert summary is not None, done.stdout
+    assert [float(x) for x in summary.groups()] == pytest.approx(
+        [statistics.median(ratios), min(ratios), max(ratios)], abs=1.5e-3)

@@ -178,7 +178,7 @@ class Worker:
         stats = algo.update(batch, self.gen)
         with s.lock:
             s.ac.update_normalizers(batch.obs, batch.critic_obs)
-        names, vals = self.env.stats.pop(self.env.reward_terms)
+        names, vals = self.env.pop_stats()
         names = list(stats) + names + ["nan_updates"]
         m = dict(zip(names, torch.cat([torch.stack(list(stats.values())), vals,
                                        torch.tensor([float(self.step.dropped - dropped)])]).tolist()))

@@ -78,7 +78,7 @@ class Collector:
 
     def task_metrics(self) -> dict[str, torch.Tensor]:
         """The task's iteration metrics (the terrain level) of the envs that collected."""
-        return self.env.task.iteration_metrics()
+        return self.env.iteration_metrics()
 
     def close(self) -> None:
         """The run has ended (the decoupled actors' inbox tells them so)."""

@@ -47,6 +47,11 @@ class PPOConfig:
     """PopArt value normalization (the critic regresses normalized targets)"""
     popart_beta: float = 0.02
     """PopArt statistics step size per update"""
+    popart_tasks: Literal["per-task", "shared"] = "per-task"
+    """several tasks (`trot train TASK_A TASK_B`): each task's value output normalized by
+    its own PopArt statistics, and its advantages divided by its own return scale (the
+    multi-task PopArt of Hessel et al. 2019); or one set of statistics over all tasks'
+    returns (the baseline in which a task of small rewards is drowned out)"""
     obs_norm: bool = True
     """running mean/std observation normalizer (inside the exported policy)"""
     actor_hidden: tuple[int, ...] = (64, 64)

@@ -169,6 +169,9 @@ def progress_line(m: dict[str, float], max_steps: float, deadline_s: float) -> s
         left = min(left, deadline_s - m["wall_s"])
     ret = m.get("episode_return")
     ret_s = f"{ret:9.2f}" if ret is not None else "        -"
+    tasks = {k[:-15]: v for k, v in m.items() if k.endswith("/episode_return")}
+    if tasks:  # several tasks: each one's own
+        ret_s = ", ".join(f"{k} {v:.4g}" for k, v in tasks.items())
     task = "".join(f" | {k[5:]} {v:.3g}" for k, v in m.items() if k.startswith("task/"))
     return (f"it {int(m['iteration']):5d} | {m['env_steps'] / 1e6:7.2f}M steps | "
             f"{rate:8,.0f} steps/s | return {ret_s}{task} | {fmt_duration(m['wall_s'])} "

@@ -191,10 +191,13 @@ class Acting:
 
 
 class Critic(nn.Module):
-    """V(s). `forward` is the PopArt-normalized value; `value` the value in reward units."""
+    """V(s). `forward` is the PopArt-normalized value; `value` the value in reward units.
+    With `tasks` T > 1 (agents/multitask.py) the head has one output per task, each with
+    its own PopArt statistics, and a row's value is its task's output: the task is the
+    one-hot index in the last T columns of the critic observation (tasks/multi.py)."""
 
     def __init__(self, obs_dim: int, cfg: PPOConfig, torso: nn.Sequential | None = None,
-                 normalizer: nn.Module | None = None):
+                 normalizer: nn.Module | None = None, tasks: int = 1):
         super().__init__()
         if normalizer is None:
             normalizer = RunningMeanStd(obs_dim) if cfg.obs_norm else nn.Identity()
@@ -203,31 +206,53 @@ class Critic(nn.Module):
                                                           cfg.activation)
         hidden = cfg.actor_hidden if torso is not None else cfg.critic_hidden
         width = hidden[-1] if hidden else obs_dim
-        self.head = _init_linear(Linear(width, 1), 1.0)
+        self.tasks = tasks
+        self.head = _init_linear(Linear(width, tasks), 1.0)
         self.popart = PopArt(self.head, cfg.popart_beta) if cfg.popart else None
 
+    def outputs(self, obs: Tensor) -> Tensor:  # [B, C] -> [B, T], normalized
+        return self.head(self.torso(self.normalizer(obs)))
+
+    def task_of(self, obs: Tensor) -> Tensor:  # [B, C] -> [B, T], the one-hot task index
+        return obs[:, -self.tasks:]
+
     def forward(self, obs: Tensor) -> Tensor:  # [B, C] -> [B]
-        return self.head(self.torso(self.normalizer(obs))).squeeze(-1)
+        if self.tasks == 1:
+            return self.outputs(obs).squeeze(-1)
+        return (self.outputs(obs) * self.task_of(obs)).sum(-1)
 
     def value(self, obs: Tensor) -> Tensor:  # [B, C] -> [B], unnormalized
-        v = self(obs)
-        return self.popart.denormalize(v) if self.popart is not None else v
+        if self.tasks == 1:
+            v = self(obs)
+            return self.popart.denormalize(v) if self.popart is not None else v
+        v = self.outputs(obs)  # [B, T]
+        v = self.popart.denormalize(v) if self.popart is not None else v
+        return (v * self.task_of(obs)).sum(-1)
 
-    def normalize_targets(self, x: Tensor) -> Tensor:
-        return self.popart.normalize(x) if self.popart is not None else x
+    def normalize_targets(self, x: Tensor, obs: Tensor) -> Tensor:
+        """x [B] in reward units -> normalized by the PopArt statistics of each row's task
+        (obs [B, C], its critic observation)."""
+        if self.popart is None:
+            return x
+        if self.tasks == 1:
+            return self.popart.normalize(x)
+        return (self.popart.normalize(x[:, None]) * self.task_of(obs)).sum(-1)
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, cfg: PPOConfig):
+    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, cfg: PPOConfig,
+                 tasks: int = 1):
+        """tasks: T > 1 trains one policy on T tasks whose observations end in the one-hot
+        task index (tasks/multi.py); the critic then has a value output per task."""
         super().__init__()
         self.actor = Actor(obs_dim, action_dim, cfg)
         if cfg.share_torso:
             if critic_obs_dim != obs_dim:
                 raise ValueError("share_torso needs the critic to see the policy observation; "
                                  f"this task's critic has {critic_obs_dim} dims, policy {obs_dim}")
-            self.critic = Critic(obs_dim, cfg, self.actor.torso, self.actor.normalizer)
+            self.critic = Critic(obs_dim, cfg, self.actor.torso, self.actor.normalizer, tasks)
         else:
-            self.critic = Critic(critic_obs_dim, cfg)
+            self.critic = Critic(critic_obs_dim, cfg, tasks=tasks)
         self.shared = cfg.share_torso
 
     @torch.no_grad()

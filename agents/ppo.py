@@ -168,10 +168,15 @@ class PPO:
     @torch.no_grad()
     def prepare(self, ro: Rollout, next_values: Tensor | None = None) -> Batch:
         """GAE on unnormalized values, then PopArt moves to the new returns. The advantages
-        stay raw: `update` normalizes them as `advantage_norm` says. next_values: V of each
-        step's reached state [T, N], where the caller computed them (agents/seeds.py)."""
+        stay raw (several tasks: each divided by its task's return scale): `update`
+        normalizes them as `advantage_norm` says. next_values: V of each step's reached
+        state [T, N], where the caller computed them (agents/seeds.py)."""
         adv, ret = self.targets(ro, next_values)
-        self.move_popart(self.ac.critic, ret)
+        critic = self.ac.critic
+        self.move_popart(critic, ret, ro.critic_obs)
+        if critic.tasks > 1 and critic.popart is not None:  # per task on a common scale
+            onehot = critic.task_of(ro.critic_obs.flatten(0, 1))  # [T * N, K]
+            adv = adv / (onehot @ critic.popart.std.to(adv.dtype)).view_as(adv)
         return self.pack(ro, adv, ret)
 
     @torch.no_grad()
@@ -195,12 +200,23 @@ class PPO:
                            self.cfg.gamma, self.cfg.lam)
 
     @torch.no_grad()
-    def move_popart(self, critic: torch.nn.Module, ret: Tensor) -> None:
+    def move_popart(self, critic: torch.nn.Module, ret: Tensor,
+                    critic_obs: Tensor | None = None) -> None:
         """PopArt's statistics (of every rank's returns ret [T, N]) move, and `critic`'s
-        head is rescaled to keep its outputs; nothing without PopArt."""
-        if critic.popart is not None:
-            mean, var, _ = self.comm.moments(ret.reshape(-1, 1))  # [1]
-            critic.popart.update_from_moments(mean, var + mean * mean)
+        head is rescaled to keep its outputs; nothing without PopArt. Several tasks: each
+        output's statistics move to its own task's returns (the task read from critic_obs
+        [T, N, C]), or all to every task's with popart_tasks 'shared'."""
+        if critic.popart is None:
+            return
+        y = ret.reshape(-1, 1)  # [T * N, 1]
+        if critic.tasks == 1 or self.cfg.popart_tasks == "shared":
+            mean, var, _ = self.comm.moments(y)  # [1]
+            mean, var = mean.expand(critic.tasks), var.expand(critic.tasks)
+        else:
+            onehot = critic.task_of(critic_obs.flatten(0, 1)) > 0.5  # [T * N, K]
+            mean, var = (torch.cat(m) for m in zip(*(self.comm.moments(y, onehot[:, k])[:2]
+                                                     for k in range(critic.tasks))))
+        critic.popart.update_from_moments(mean, var + mean * mean)
 
     @torch.no_grad()
     def pack(self, ro: Rollout, adv: Tensor, ret: Tensor) -> Batch:
@@ -350,8 +366,8 @@ class PPO:
                                            cfg.clip_low, cfg.clip_high)
         critic = ac.critic
         vf = value_loss(critic(b.critic_obs).to(b.returns.dtype),
-                        critic.normalize_targets(b.values),
-                        critic.normalize_targets(b.returns), cfg.value_clip)
+                        critic.normalize_targets(b.values, b.critic_obs),
+                        critic.normalize_targets(b.returns, b.critic_obs), cfg.value_clip)
         loss = pg + cfg.value_coef * vf - cfg.entropy_coef * entropy
         with torch.no_grad():
             kl = gaussian_kl(b.action_mean, old_log_std.expand_as(b.action_mean),

@@ -25,6 +25,7 @@ from trot.agents.collect import make_collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      Comm, Preemption, rank_seed)
 from trot.agents.loop import TrainingLoop
+from trot.agents.multitask import VIEW_KEY, write_task_views
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.rollback import Rollback
@@ -32,7 +33,7 @@ from trot.agents.storage import Batch, Rollout
 from trot.config import TrainConfig, to_json
 from trot.runs import CHECKPOINT, new_run_dir, read_checkpoint, run_config, write_config
 from trot.tasks.env import Env
-from trot.tasks.registry import make_env
+from trot.tasks.registry import make_task_envs
 
 MAX_CONSECUTIVE_NAN = 5
 # what a checkpoint holds besides the collector's keys: at its top, and for each rank
@@ -62,8 +63,8 @@ class Trainer(TrainingLoop):
         self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
         dev = env.device
-        self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a).to(dev) \
-            if ac is None else ac
+        self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a,
+                              env.num_tasks).to(dev) if ac is None else ac
         comm.broadcast_module(self.ac)  # identical replicas from the start
         capture = compiler(cfg.capture, dev)  # graph capture: agents/capture.py
         env.capture(capture)
@@ -119,7 +120,7 @@ class Trainer(TrainingLoop):
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()
         # the env's statistics live where its physics does (the host, in Sebulba mode)
-        ep_names, ep_vals = self.env.stats.pop(self.env.reward_terms)
+        ep_names, ep_vals = self.env.pop_stats()
         ep_vals = self.comm.merge_episode_stats(ep_vals.to(dev))  # episodes of every rank
         # e.g. the terrain curriculum's level
         task_m = {k: v.to(dev) for k, v in self.collector.task_metrics().items()}
@@ -138,9 +139,10 @@ class Trainer(TrainingLoop):
         self.iteration += 1
         self._undo_if_nan(m.pop("finite") < 1.0)
         self.collector.after_update()  # lagged: a snapshot of the actor as it now stands
-        if m.get("episodes", 0) == 0:
-            m = {k: v for k, v in m.items() if not (k.startswith("episode_")
-                                                     or k.startswith("reward/"))}
+        # means over no episodes are not logged: the run's, or a task's (NAME/episodes)
+        empty = [k[:-8] for k, v in m.items() if k.endswith("episodes") and v == 0]
+        m = {k: v for k, v in m.items() if not any(k.startswith((p + "episode_", p + "reward/"))
+                                                   for p in empty)}
         m.update(iteration=self.iteration, env_steps=self.env_steps,
                  nan_updates=self.nan_updates)
         return m
@@ -205,6 +207,8 @@ class Trainer(TrainingLoop):
         state = self.state_dict()  # a collective: every rank calls save
         if state is not None:
             save_checkpoint(run_dir / CHECKPOINT, state)
+            if self.env.num_tasks > 1:  # each task's own run directory, after the whole
+                write_task_views(run_dir, self)
 
 def _process_count_error(saved: int, now: int) -> str:
     procs = f"{saved} process" + ("es" if saved != 1 else "")
@@ -218,8 +222,8 @@ def _process_count_error(saved: int, now: int) -> str:
 
 def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS, actors: Comm | None = None) -> Trainer:
     cfg.validate()  # before any env is built
-    env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
-                   rank_seed(cfg.seed + ENV_STREAM, comm.rank), cfg.env)
+    env = make_task_envs(cfg.tasks, cfg.num_envs, cfg.sim, cfg.device,
+                         rank_seed(cfg.seed + ENV_STREAM, comm.rank))
     return Trainer(cfg, env, comm, actors)
 
 
@@ -238,6 +242,10 @@ def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = Non
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg = run_config(run_dir)
     state = read_checkpoint(run_dir)
+    if VIEW_KEY in state:
+        raise ValueError(f"{run_dir} is one task's policy cut from the run of several tasks "
+                         f"{state[VIEW_KEY]} (for eval, export, play and sim2sim): continue "
+                         f"training with `trot train --resume {state[VIEW_KEY]}`")
     cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
     trainer = build(cfg, comm, actors)
     trainer.load_state_dict(state)

@@ -40,6 +40,8 @@ def stack_history(prev: Tensor | None, frame: Tensor, fresh: Tensor | None, k: i
 class Env:
     """N envs of one task on one device. Actions [N, action_dim] in [-1, 1]."""
 
+    num_tasks = 1  # the tasks its policy tells apart (several: tasks/multi.py)
+
     def __init__(self, name: str, task: Task, sim: BatchedSim, seed: int = 0):
         self.name, self.task, self.sim = name, task, sim
         self.num_envs = sim.num_envs
@@ -320,6 +322,15 @@ class Env:
         finite = torch.isfinite(action).all(dim=-1)  # [N]
         action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
         return action, ~finite
+
+    def pop_stats(self) -> tuple[list[str], Tensor]:
+        """The episode statistics since the last call, as names and one device vector
+        (tasks/stats.py `EpisodeStats.pop`), the accumulators zeroed."""
+        return self.stats.pop(self.reward_terms)
+
+    def iteration_metrics(self) -> dict[str, Tensor]:
+        """The task's per-iteration metrics (e.g. the terrain curriculum's level)."""
+        return self.task.iteration_metrics()
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

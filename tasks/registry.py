@@ -15,6 +15,7 @@ from trot.sim.rows import SimRows
 from trot.tasks.base import Task, TaskConfig
 from trot.tasks.env import Env
 from trot.tasks.hosted import HostedEnv
+from trot.tasks.multi import MultiEnv, split_envs
 from trot.tasks.sources import (BUILTIN, HOW_TO_ADD, DuplicateTaskError, TaskSource,
                                 current_source, load_plugins)
 
@@ -102,6 +103,20 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
     s = make_sim(sim, model, num_envs, cfg.substeps, "cpu" if hosted else device,
                  fields=t.data_fields)
     return HostedEnv(Env(task, t, s, seed), device) if hosted else Env(task, t, s, seed)
+
+
+def make_task_envs(tasks: list[tuple[str, TaskConfig | None]], num_envs: int = 1024,
+                   sim: str = "cpu", device: str | torch.device = "cpu", seed: int = 0
+                   ) -> Env | HostedEnv | MultiEnv:
+    """`make_env` for one task; for several (TrainConfig.tasks: name and config, None for
+    the registered one) their envs as one (tasks/multi.py), num_envs split between them
+    (`split_envs`), task k's env seeded seed + k."""
+    if len(tasks) == 1:
+        return make_env(tasks[0][0], num_envs, sim, device, seed, tasks[0][1])
+    sizes = split_envs(num_envs, len(tasks))
+    return MultiEnv([name for name, _ in tasks],
+                    [make_env(name, n, sim, device, seed + k, config)
+                     for k, ((name, config), n) in enumerate(zip(tasks, sizes))])
 
 
 def make_block_envs(task: str, num_envs: int, sim: str, device: str | torch.device,

@@ -75,7 +75,7 @@ def test_bad_train_arguments_fail_before_any_env_is_built(tmp_path, monkeypatch,
     def no_env(*a, **k):
         raise AssertionError("an env was built for an invalid configuration")
 
-    monkeypatch.setattr(trainer_mod, "make_env", no_env)
+    monkeypatch.setattr(trainer_mod, "make_task_envs", no_env)
     run_dir = tmp_path / "x"
     rc = _run(["train", TASK, "--run-dir", str(run_dir), *args])
     assert rc != 0

@@ -12,6 +12,7 @@ spawned workers; each ends with the run directory printed (and exported unless -
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,31 +34,65 @@ class ResumeArgs:
 
 def parse_train(args: list[str], prog: str = "trot train",
                 extra: tuple[tuple[str, type], ...] = ()):
-    """TrainConfig for `trot train TASK ...`; the task's config class types `--env.*`.
-    extra: (name, frozen dataclass) fields parsed beside it (`--NAME.FIELD V`); with them,
-    returns (TrainConfig, {name: parsed value})."""
+    """TrainConfig for `trot train TASK [TASK ...] ...`; each task's config class types its
+    `--env.*` (several tasks: `--env.TASK.*`). extra: (name, frozen dataclass) fields parsed
+    beside it (`--NAME.FIELD V`); with them, returns (TrainConfig, {name: parsed value})."""
     from trot.agents.config import tuned
     from trot.config import TrainConfig
     from trot.tasks.registry import get_task
 
-    entry = get_task(args[0])
-    fields = [("env", type(entry.config), dataclasses.field(
-        default_factory=lambda: entry.config))] + [
+    names = list(itertools.takewhile(lambda a: not a.startswith("-"), args))
+    entries = [get_task(n) for n in names]
+    env_cls, env_default = _env_field(entries)
+    fields = [("env", env_cls, dataclasses.field(default_factory=lambda: env_default)),
+              # the tasks are the leading arguments and their settings --env.TASK.*
+              ("with_tasks", tyro.conf.Suppress[tuple[str, ...]], dataclasses.field(
+                  default=tuple(names[1:]))),
+              ("with_envs", tyro.conf.Suppress[tuple], dataclasses.field(default=()))] + [
         (name, cls, dataclasses.field(default_factory=cls)) for name, cls in extra]
     cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(TrainConfig,), frozen=True)
-    cls.__doc__ = f"{prog.capitalize()} {entry.name}: {entry.description}"
-    budget = {} if entry.budget is None else {"max_env_steps": entry.budget}
-    default = cls(task=entry.name, agent=tuned(entry.agent), env=entry.config, **budget)
-    given = {a.split("=")[0] for a in args[1:]}
+    cls.__doc__ = f"{prog.capitalize()} " + "; ".join(f"{e.name}: {e.description}"
+                                                       for e in entries)
+    budgets = [e.budget for e in entries]  # several tasks: the sum of their own
+    budget = {} if None in budgets else {"max_env_steps": sum(budgets)}
+    default = cls(task=names[0], with_tasks=tuple(names[1:]), agent=tuned(entries[0].agent),
+                  env=env_default, **budget)
+    given = {a.split("=")[0] for a in args[len(names):]}
     if {"--seed", "--seeds"} <= given:
         raise ValueError("give --seed S (one run) or --seeds S1 S2 ... (several, trained "
                          "together), not both")
-    parsed = tyro.cli(cls, args=args[1:], default=default, prog=f"{prog} {entry.name}")
-    if parsed.task != entry.name:
-        raise ValueError("give the task as the first argument, not --task")
+    if given & {"--task", "--with-tasks", "--with-envs"}:
+        raise ValueError("give the tasks as the first arguments (trot train TASK_A TASK_B "
+                         "...), not --task or --with-tasks; their settings as --env.FIELD "
+                         "(several tasks: --env.TASK.FIELD)")
+    parsed = tyro.cli(cls, args=args[len(names):], default=default,
+                      prog=f"{prog} {' '.join(names)}")
+    env = parsed.env if len(names) == 1 else [getattr(parsed.env, _ident(n)) for n in names]
     cfg = TrainConfig(**{f.name: getattr(parsed, f.name)
-                         for f in dataclasses.fields(TrainConfig)})
+                         for f in dataclasses.fields(TrainConfig)} |
+                      ({} if len(names) == 1 else {"env": env[0], "with_envs": tuple(env[1:])}))
     return (cfg, {name: getattr(parsed, name) for name, _ in extra}) if extra else cfg
+
+
+def _ident(task: str) -> str:
+    """A task name as a field name (the flag shows it with hyphens again)."""
+    ident = task.replace("-", "_")
+    if not ident.isidentifier():
+        raise ValueError(f"task {task!r} cannot be trained beside others: its --env.TASK "
+                         "flags need a name of letters, digits, '-' and '_'")
+    return ident
+
+
+def _env_field(entries) -> tuple[type, object]:
+    """The type and default of `--env`: the task's config class, or for several tasks a
+    dataclass with one field per task (`--env.TASK.FIELD`)."""
+    if len(entries) == 1:
+        return type(entries[0].config), entries[0].config
+    envs = dataclasses.make_dataclass("Envs", [
+        (_ident(e.name), type(e.config), dataclasses.field(default=e.config))
+        for e in entries], frozen=True)
+    envs.__doc__ = "each task's settings"
+    return envs, envs()
 
 
 def distill(args: list[str]) -> int:
@@ -125,8 +160,9 @@ def train(args: list[str]) -> int:
         if comm.is_main:
             print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
                   flush=True)
-        compile_s = getattr(trainer.env.sim, "compile_seconds", None)
-        if compile_s is not None and comm.is_main:  # mjx compiles its step and reset once
+        # mjx compiles its step and reset once (several tasks: each its own, not shown)
+        compile_s = getattr(getattr(trainer.env, "sim", None), "compile_seconds", None)
+        if compile_s is not None and comm.is_main:
             print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
         return fail(str(e))
@@ -136,8 +172,13 @@ def train(args: list[str]) -> int:
         return fail(str(e))
     shutdown()
     if comm.is_main:
-        if trainer.cfg.export:
-            _export_after_training(run_dir)
+        if trainer.cfg.export:  # several tasks: each task's own run directory
+            from trot.runs import task_dir
+
+            cfg = trainer.cfg
+            for d in [task_dir(run_dir, t) for t, _ in cfg.tasks] if cfg.with_tasks \
+                    else [run_dir]:
+                _export_after_training(d)
         print(run_dir)
     return 0
 

@@ -23,6 +23,14 @@ ALGOS = ("ppo", "a2c", "a3c")
 class TrainConfig:
     task: str = "cartpole-balance"
     """registered task name (see `trot list`)"""
+    with_tasks: tuple[str, ...] = ()
+    """further registered tasks that the same policy trains on (`trot train TASK_A TASK_B
+    ...`, agents/multitask.py): num_envs is split evenly between all the tasks, whose
+    observations gain the one-hot task index; each task keeps its own value output and
+    PopArt statistics (agent.popart_tasks)"""
+    with_envs: tuple[TaskConfig, ...] = ()
+    """the task settings of with_tasks, in their order (`--env.TASK.FIELD V` on the CLI;
+    empty: their registered defaults)"""
     algo: Literal["ppo", "a2c", "a3c"] = "ppo"
     """ppo; a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
     fixed learning rate); or a3c: `workers` processes, each with num_envs envs, apply A2C
@@ -110,6 +118,12 @@ class TrainConfig:
     """task settings (the task's own config class); None: the task's registered defaults"""
 
     @property
+    def tasks(self) -> list[tuple[str, TaskConfig | None]]:
+        """Every task this run trains and its settings (None: the registered defaults)."""
+        return [(self.task, self.env), *zip(self.with_tasks,
+                                            self.with_envs or [None] * len(self.with_tasks))]
+
+    @property
     def agent_effective(self) -> PPOConfig:
         """The settings the update actually runs with (A2C folds into PPO here)."""
         return self.agent.as_a2c() if self.algo in ("a2c", "a3c") else self.agent
@@ -145,6 +159,7 @@ class TrainConfig:
         self._check_preemption()
         self._check_actors()
         self._check_seeds()
+        self._check_tasks()
         self.agent_effective.validate(self.num_envs)
         if self.env is not None:
             self.env.validate()
@@ -210,6 +225,32 @@ class TrainConfig:
             raise ValueError("seeds trained together (--seeds) are not built yet with: "
                              + ", ".join(bad))
 
+    def _check_tasks(self) -> None:
+        """Several tasks: one learner in one process, every task's settings given."""
+        names = [self.task, *self.with_tasks]
+        if not self.with_tasks:
+            if self.with_envs:
+                raise ValueError("with_envs are the settings of with_tasks; there are none")
+            return
+        if len(set(names)) != len(names):
+            raise ValueError(f"each task may be given once, got {names}")
+        if len(self.with_envs) not in (0, len(self.with_tasks)):
+            raise ValueError(f"with_envs needs one task config per task of with_tasks "
+                             f"({len(self.with_tasks)}), or none, got {len(self.with_envs)}")
+        if self.num_envs < len(names):
+            raise ValueError(f"num_envs {self.num_envs} cannot give each of the "
+                             f"{len(names)} tasks an env")
+        clashes = {"seeds": (bool(self.seeds), "none"), "nproc": (self.nproc != 1, 1),
+                   "actors": (self.actors != 0, 0), "algo": (self.algo == "a3c", "ppo or a2c"),
+                   "eval_every": (self.eval_every != 0, "0 (then trot eval RUN_DIR/task_NAME)"),
+                   "agent.symmetry": (self.agent.symmetry == "augment", "not augment")}
+        bad = [f"{k} (accepted: {ok})" for k, (clash, ok) in clashes.items() if clash]
+        if bad:
+            raise ValueError("several tasks trained as one policy are not built yet with: "
+                             + ", ".join(bad))
+        for config in self.with_envs:
+            config.validate()
+
     def _check_a3c(self) -> None:
         """A3C's workers share CPU memory and step their own envs, in one process group."""
         if self.workers < 0:
@@ -242,28 +283,39 @@ def to_json(cfg: TrainConfig) -> dict[str, Any]:
     d = dataclasses.asdict(cfg)
     d["env_type"] = None if cfg.env is None else type(cfg.env).__name__
     d["task_source"] = get_task(cfg.task).source.to_json()  # where later commands find it
+    d["with_sources"] = [get_task(t).source.to_json() for t in cfg.with_tasks]
     return d
 
 
 def from_json(d: dict[str, Any], run_dir: Path | None = None) -> TrainConfig:
-    """Rebuild a TrainConfig saved by `to_json`; the task's config class comes from the
+    """Rebuild a TrainConfig saved by `to_json`; each task's config class comes from the
     registry, so an unknown field is an error rather than silently dropped. A task that is
     not registered is imported from the recorded source (tasks/sources.py)."""
-    from trot.tasks.registry import get_task, is_registered
-    from trot.tasks.sources import load_recorded
-
     if not isinstance(d, dict) or not isinstance(d.get("task"), str):
         raise ValueError("a run's config must be a JSON object with its task name ('task')")
     d = dict(d)
     d.pop("env_type", None)
-    record = d.pop("task_source", None)
-    if not is_registered(d["task"]):
-        load_recorded(record, run_dir or Path("."))
-    entry = get_task(d["task"])
+    names = [d["task"], *d.get("with_tasks", [])]
+    records = [d.pop("task_source", None), *d.pop("with_sources", [None] * (len(names) - 1))]
+    given = d.pop("with_envs", None) or []
+    configs = [_task_config(n, c, r, run_dir) for n, c, r in
+               zip(names, [d.pop("env", None), *(given or [None] * (len(names) - 1))],
+                   records)]
     agent = from_fields(PPOConfig, d.pop("agent", {}))
-    env_fields = d.pop("env", None)
-    env = None if env_fields is None else type(entry.config).from_dict(env_fields)
-    return from_fields(TrainConfig, d | {"agent": agent, "env": env})
+    return from_fields(TrainConfig, d | {"agent": agent, "env": configs[0],
+                                         "with_envs": tuple(configs[1:]) if given else ()})
+
+
+def _task_config(name: str, fields: dict | None, record: Any, run_dir: Path | None
+                 ) -> TaskConfig | None:
+    """Task `name`'s config from its JSON fields (None: its defaults), the task imported
+    from its recorded source where it is not registered."""
+    from trot.tasks.registry import get_task, is_registered
+    from trot.tasks.sources import load_recorded
+
+    if not is_registered(name):
+        load_recorded(record, run_dir or Path("."))
+    return None if fields is None else type(get_task(name).config).from_dict(fields)
 
 
 def save_json(path: Path, cfg: TrainConfig) -> None:

@@ -113,7 +113,7 @@ class TrotVecEnv(VecEnv):
     def episode_log(self) -> dict[str, Tensor]:
         """trot's per-episode means since the last call, as 0-d device tensors (no host
         sync); a rollout in which no episode ended logs NaN rather than a false 0."""
-        names, vals = self.env.stats.pop(self.env.reward_terms)
+        names, vals = self.env.pop_stats()
         means = vals[2:].masked_fill(vals[0] == 0, math.nan)
         vals = torch.cat([vals[:2], means])
         return {f"Episode/{n}": v for n, v in zip(names, vals.unbind())}

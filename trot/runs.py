@@ -110,12 +110,18 @@ def new_run_dir(cfg: TrainConfig) -> Path:
             raise ValueError(f"{d} already holds a run: continue it with `trot train "
                              f"--resume {d}`, or give another --run-dir")
         return d
-    base = Path("runs") / cfg.task / time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / "+".join([cfg.task, *cfg.with_tasks]) / time.strftime(
+        "%Y%m%d-%H%M%S")
     d, k = base, 1
     while d.exists():
         k += 1
         d = base.with_name(f"{base.name}-{k}")
     return d
+
+
+def task_dir(run_dir: Path, task: str) -> Path:
+    """One task's own run directory inside a run of several tasks (agents/multitask.py)."""
+    return Path(run_dir) / f"task_{task}"
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -181,6 +187,10 @@ def load_run(run_dir: Path, num_envs: int, seed: int = 12345, device: str = "cpu
         raise ValueError(f"{run_dir} is a run of seeds {list(cfg.seeds)} trained together: "
                          f"give one seed's directory, e.g. {Path(run_dir) / 'seed_'}"
                          f"{cfg.seeds[0]}")
+    if cfg.with_tasks:
+        raise ValueError(f"{run_dir} is one policy trained on tasks "
+                         f"{[cfg.task, *cfg.with_tasks]}: give one task's directory, e.g. "
+                         f"{task_dir(run_dir, cfg.task)}")
     task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
     changes = (changes or {}) | (course_changes(cfg.task, task_cfg) if course else {})
     env = make_env(cfg.task, num_envs, cfg.sim if sim is None else sim, device, seed,

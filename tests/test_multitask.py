@@ -95,7 +95,12 @@ def test_popart_moves_each_task_to_its_own_returns_and_keeps_the_values(mode):
 
 def test_tasks_that_do_not_agree_are_refused_by_what_differs():
     """Catches a policy built over observations of different meaning (go2-flat's 45
-    columns against cartpole's 6) instead of an error that names them."""
+    columns against cartpole's 6) instead of an error that names them; and the README's
+    two robots (`trot train go1-flat go2-flat-clocked`) refused where they agree."""
+    from trot.cli_train import parse_train
+
+    both = make_task_envs(parse_train(["go1-flat", "go2-flat-clocked"]).tasks, 4)
+    assert both.obs_dim == 188 + 2 and [e.num_envs for e in both.envs] == [2, 2]
     with pytest.raises(ValueError, match="action dimension differ"):
         make_task_envs([("cartpole-balance", None), ("go2-flat", None)], 4)
     with pytest.raises(ValueError, match="policy observation terms"):

@@ -37,13 +37,15 @@ FIELDS = ("task", "train_s", "env_steps", "task_env_steps", "lin_vel_error", "fa
           "met")
 
 
-def evaluate(trainer, train_s: float, episodes: int) -> list[dict]:
+def evaluate(trainer, train_s: float, episodes: int, seconds: float | None) -> list[dict]:
+    """Each robot's policy evaluated (its episodes `seconds` long; None: the task's)."""
     env, rows = trainer.env, []
     for k, (name, sub) in enumerate(zip(env.names, env.envs)):
         view = task_view(trainer.ac, k, sub.obs_dim, sub.critic_obs_dim, sub.action_dim,
                          trainer.cfg.agent_effective)
-        r = evaluate_now(name, sub.task.config, view.actor.cpu(), episodes,
-                         10_000 + trainer.cfg.seed)
+        config = sub.task.config if seconds is None else dataclasses.replace(
+            sub.task.config, episode_seconds=seconds)
+        r = evaluate_now(name, config, view.actor.cpu(), episodes, 10_000 + trainer.cfg.seed)
         err, falls = THRESHOLDS[name]
         rows.append({"task": name, "train_s": round(train_s, 1),
                      "env_steps": trainer.env_steps,
@@ -77,6 +79,8 @@ def main() -> None:
     p.add_argument("--budget-min", type=float, default=30.0)
     p.add_argument("--eval-every-min", type=float, default=3.0)
     p.add_argument("--episodes", type=int, default=64)
+    p.add_argument("--eval-episode-s", type=float, default=None,
+                   help="evaluation episodes this long (default: the task's, 20 s)")
     p.add_argument("--num-envs", type=int, default=2048, help="in all, half per robot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shared", action="store_true", help="one PopArt for both robots")
@@ -104,7 +108,7 @@ def main() -> None:
                 train_s + time.perf_counter() - t0 < 60 * a.budget_min:
             trainer.iterate()
         train_s += time.perf_counter() - t0
-        rows += evaluate(trainer, train_s, a.episodes)
+        rows += evaluate(trainer, train_s, a.episodes, a.eval_episode_s)
         trainer.wall_s = train_s
 
         def write(path: Path) -> None:

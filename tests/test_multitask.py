@@ -110,8 +110,9 @@ def test_tasks_that_do_not_agree_are_refused_by_what_differs():
 def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path, capsys):
     """`trot train A B` split and resumed equals the straight run bit for bit (both tasks'
     env states and the shared learner), every task's episodes are logged under its name,
-    and each task's directory is a run that eval, export and sim2sim load; the top
-    directory and a task's resume are refused with the way out."""
+    and each task's directory is a run that eval and sim2sim load; export and sim2sim of
+    the top directory act on each task; play of the top directory and a task's resume are
+    refused with the way out."""
     base = ["train", *TASKS, "--num-envs", "32", "--agent.rollout-steps", "16",
             "--no-export", "--checkpoint-every", "2",
             "--env.cartpole-swingup-x100.episode-seconds", "0.5"]
@@ -131,10 +132,14 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
     assert read_checkpoint(swing)["env_steps"] == 6 * 16 * 16  # its 16 envs' share
     capsys.readouterr()
     assert cli_main(["eval", str(swing), "--episodes", "4"]) == 0
-    assert cli_main(["export", str(swing)]) == 0
+    assert cli_main(["export", str(split)]) == 0  # one contract per task
+    assert all((split / f"task_{t}" / "policy.onnx").is_file() for t in TASKS)
     assert cli_main(["sim2sim", str(swing), "--episodes", "4"]) == 0
-    capsys.readouterr()
-    assert cli_main(["eval", str(split)]) == 2
+    capsys.readouterr()  # the top directory: each task's, under its name
+    assert cli_main(["sim2sim", str(split), "--episodes", "2", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert sorted(both) == sorted(TASKS) and both[TASKS[1]]["episodes"] == 2
+    assert cli_main(["play", str(split), "--gif", str(tmp_path / "x.gif")]) == 2
     assert "give one task's directory" in capsys.readouterr().err
     assert cli_main(["train", "--resume", str(swing)]) == 2
     assert f"trot train --resume {split}" in capsys.readouterr().err
@@ -172,3 +177,33 @@ def test_the_multitask_benchmark_writes_resumes_and_summarizes(tmp_path):
                 f"{float(last['balance_return']):.1f}") in first
     again = run("--resume")
     assert list(csv.DictReader(open(out))) == rows and "seed 0 it" not in again
+
+
+def test_the_two_robot_benchmark_evaluates_each_robot_and_resumes(tmp_path):
+    """benchmarks/multitask_legged.py at toy sizes: each robot's row per evaluation with
+    its own share of the env steps, and --resume continuing the run (rows kept, a later
+    evaluation appended). Catches the script drifting from the multi-task API, a robot
+    evaluated with the other's policy column (its share of env steps), or rows lost on
+    resume."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "multitask_legged.py"
+    out = tmp_path / "go.csv"
+    cmd = [sys.executable, str(script), "--num-envs", "8", "--episodes", "2",
+           "--eval-episode-s", "0.5", "--eval-every-min", "0.001", "--run-dir",
+           str(tmp_path / "run"), "--out", str(out)]
+
+    def run(*extra: str) -> list[dict]:
+        done = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return list(csv.DictReader(open(out)))
+
+    rows = run("--budget-min", "0.001")
+    assert [r["task"] for r in rows] == ["go1-flat", "go2-flat-clocked"]
+    assert all(int(r["task_env_steps"]) * 2 == int(r["env_steps"]) > 0 for r in rows)
+    more = run("--budget-min", "0.05", "--resume")
+    assert more[:2] == rows and len(more) >= 4
+    assert int(more[-1]["env_steps"]) > int(rows[-1]["env_steps"])

@@ -129,13 +129,15 @@ def pop_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
 def cmd_eval(args: list[str]) -> int:
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.evaluate import evaluate
+    from trot.runs import each_task
 
     run_dir, a = parse_positional(EvalArgs, args, "trot eval RUN_DIR")
     try:
-        out = evaluate(Path(run_dir), a.episodes, a.seed, sim=a.sim, course=a.course)
+        out = {name: evaluate(d, a.episodes, a.seed, sim=a.sim, course=a.course)
+               for name, d in each_task(Path(run_dir))}
     except (ValueError, CheckpointError) as e:
         return fail(str(e))
-    _print_result(out, a.json)
+    _print_results(out, a.json)
     return 0
 
 
@@ -161,6 +163,7 @@ class Sim2SimArgs:
 
 def cmd_export(args: list[str]) -> int:
     from trot.export.onnx import ExportError, export_run
+    from trot.runs import each_task
 
     run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
     out = None if a.out is None else Path(a.out)
@@ -169,8 +172,9 @@ def cmd_export(args: list[str]) -> int:
             from trot.rslrl import export
 
             export(Path(run_dir), out)
-        else:
-            export_run(Path(run_dir), out)
+            return 0
+        for name, d in each_task(Path(run_dir)):  # several tasks: one contract each
+            export_run(d, None if out is None or name is None else out / d.name)
     except (ExportError, ValueError) as e:
         return fail(str(e))
     return 0
@@ -178,15 +182,31 @@ def cmd_export(args: list[str]) -> int:
 
 def cmd_sim2sim(args: list[str]) -> int:
     from trot.export.sim2sim import run_sim2sim
+    from trot.runs import each_task
 
     run_dir, a = parse_positional(Sim2SimArgs, args, "trot sim2sim RUN_DIR")
     traj = None if a.trajectory is None else Path(a.trajectory)
+    runs = each_task(Path(run_dir))
     try:
-        out = run_sim2sim(Path(run_dir), a.episodes, a.seed, traj, a.course)
+        out = {name: run_sim2sim(d, a.episodes, a.seed, None if traj is None or name is None
+                                 else traj.with_name(f"{traj.stem}_{name}{traj.suffix}"),
+                                 a.course) for name, d in runs}
     except ValueError as e:
         return fail(str(e))
-    _print_result(out, a.json)
+    _print_results(out, a.json)
     return 0
+
+
+def _print_results(out: dict[str | None, dict], as_json: bool) -> None:
+    """One run's result (key None) as it is; several tasks' under their names."""
+    if list(out) == [None]:
+        return _print_result(out[None], as_json)
+    if as_json:
+        print(json.dumps(out, sort_keys=True))
+        return
+    for name, result in out.items():
+        print(f"task {name}")
+        _print_result(result, False)
 
 
 def _print_result(out: dict, as_json: bool) -> None:

@@ -124,6 +124,16 @@ def task_dir(run_dir: Path, task: str) -> Path:
     return Path(run_dir) / f"task_{task}"
 
 
+def each_task(run_dir: Path) -> list[tuple[str | None, Path]]:
+    """The run directories that eval, export and sim2sim act on: a run of several tasks'
+    task directories, by task name; any other folder is itself (name None)."""
+    path = Path(run_dir) / CONFIG
+    cfg = load_json(path) if path.is_file() else None
+    if cfg is None or not cfg.with_tasks:
+        return [(None, Path(run_dir))]
+    return [(name, task_dir(run_dir, name)) for name, _ in cfg.tasks]
+
+
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     """The run's config.json (atomically; the folder is made if new)."""
     save_json(Path(run_dir) / CONFIG, cfg)

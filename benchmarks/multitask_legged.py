@@ -11,7 +11,10 @@ each of --episodes fresh envs, noise off, commands, randomization and pushes on.
 robot's row (its own env steps, half the total, beside the total) is appended to --out.
 At the end it prints the total env steps at which each robot first met its registered
 thresholds (go1-flat <= 0.20 m/s and <= 2% falls; go2: <= 0.25 m/s and <= 10%), and when
-both had. `--resume` continues the run in --run-dir from its checkpoint.
+both had. `--resume` continues the run in --run-dir from its checkpoint; `--stop-when-met`
+ends it at the first evaluation where both robots met theirs; `--agent FIELD=VALUE` changes
+PPO settings, e.g. `minibatches=8`: with twice the envs of a one-robot run, the same
+minibatch size (and so as many gradient steps per env step as each robot's own run).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from locomotion_cpu import evaluate_now
 
-from trot.agents.config import tuned
+from trot.agents.config import parse_override, tuned
 from trot.agents.multitask import task_view
 from trot.agents.trainer import build, resume_run
 from trot.config import TrainConfig
@@ -87,6 +90,10 @@ def main() -> None:
     p.add_argument("--run-dir", type=Path, default=Path("runs/multitask_legged"))
     p.add_argument("--out", type=Path, default=Path("multitask_go1_go2.csv"))
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--stop-when-met", action="store_true",
+                   help="stop at the first evaluation where both robots met their thresholds")
+    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="PPO settings over go1-flat's, e.g. minibatches=8")
     a = p.parse_args()
     tasks = tuple(THRESHOLDS)
     if a.resume and (a.run_dir / CHECKPOINT).exists():
@@ -94,15 +101,16 @@ def main() -> None:
         with open(a.out, newline="") as f:
             rows = list(csv.DictReader(f))
     else:
-        agent = dataclasses.replace(tuned(get_task(tasks[0]).agent),
-                                    popart_tasks="shared" if a.shared else "per-task")
+        agent = tuned(get_task(tasks[0]).agent + tuple(map(parse_override, a.agent)) + (
+            ("popart_tasks", "shared" if a.shared else "per-task"),))
         trainer = build(TrainConfig(task=tasks[0], with_tasks=tasks[1:], num_envs=a.num_envs,
                                     seed=a.seed, agent=agent, max_env_steps=10**12,
                                     run_dir=str(a.run_dir)))
         write_config(a.run_dir, trainer.cfg)
         rows = []
     train_s = trainer.wall_s
-    while train_s < 60 * a.budget_min:
+    while train_s < 60 * a.budget_min and not (a.stop_when_met and rows and all(
+            int(r["met"]) for r in rows[-len(tasks):])):
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 60 * a.eval_every_min and \
                 train_s + time.perf_counter() - t0 < 60 * a.budget_min:

@@ -4,6 +4,7 @@
     trot sim-bench TASK [--num-envs N]
     trot train TASK [--algo ppo|a2c|a3c] [--workers K] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train TASK --seeds S1 S2 ... (the seeds in one process, each in RUN_DIR/seed_S)
+    trot train TASK_A TASK_B ... (one policy for several tasks, each in RUN_DIR/task_NAME)
     trot train --resume RUN_DIR
     trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
     trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]

@@ -2,6 +2,7 @@
 
     trot train TASK [--algo ppo|a2c|a3c] [--actors K] [--nproc K] [--agent.FIELD V] ...
     trot train TASK --seeds S1 S2 ... (several seeds in one process, agents/seeds.py)
+    trot train TASK_A TASK_B ... [--env.TASK_A.FIELD V] (one policy, agents/multitask.py)
     trot train --resume RUN_DIR [--max-env-steps N] [--minutes M]
     trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]
 

@@ -175,7 +175,7 @@ def cmd_export(args: list[str]) -> int:
             export(Path(run_dir), out)
             return 0
         for name, d in each_task(Path(run_dir)):  # several tasks: one contract each
-            export_run(d, None if out is None or name is None else out / d.name)
+            export_run(d, out if out is None or name is None else out / d.name)
     except (ExportError, ValueError) as e:
         return fail(str(e))
     return 0

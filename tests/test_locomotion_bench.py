@@ -8,8 +8,10 @@ seeds that fails on the one that never began.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +91,33 @@ def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
     assert f"2 walking seeds after {hit:.1f} min of training (together)" in out
     _run(tmp_path, "--seeds", "0", "1", "--stacked", "--resume")
     assert [len(_rows(tmp_path / f"curve_seed{k}.csv")) for k in (0, 1)] == [len(r) for r in rows]
+
+
+def test_goals_hold_on_every_matching_column_and_name_what_missed():
+    """--goals: a goal on gait_duty_* holds only when every foot's duty factor is in range,
+    a NaN or missing column is a miss (a metric that never fired is not a goal met), the
+    terrain share and every course tile count for rough, and walk follows --max-error and
+    --max-falls. The bugs: only the first foot or tile checked, NaN comparisons read as
+    held, the walk thresholds fixed at their defaults."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomotion_cpu as bench
+
+    a = argparse.Namespace(goals=["walk", "gait"], max_error=0.25, max_falls=0.05)
+    good = {"lin_vel_error": 0.2, "fall_rate": 0.04, "gait_duty_left_foot": 0.6,
+            "gait_duty_right_foot": 0.6, "gait_flight": 0.01, "gait_swing_height": 0.06,
+            "gait_phase_offset": 0.52, "gait_stance_slip": 0.02}
+    assert bench.missed(a, good) == [] and bench._met(a, good)
+    limp = good | {"gait_duty_right_foot": 0.75, "gait_swing_height": math.nan}
+    assert [m.split()[0] for m in bench.missed(a, limp)] == [
+        "gait_duty_right_foot", "gait_swing_height"]
+    assert "(0.3..0.7)" in bench.missed(a, limp)[0]
+    assert bench.missed(a, {k: v for k, v in good.items() if k != "gait_flight"}) == [
+        "gait_flight None (<= 0.05)"]
+    assert not bench._met(argparse.Namespace(goals=["walk"], max_error=0.1, max_falls=0.05),
+                          good)
+    rough = argparse.Namespace(goals=["rough"], max_error=0.0, max_falls=0.0)
+    course = {"terrain_share": 0.52, "crossed_slope_up": 1.0, "crossed_stairs_up": 0.81}
+    assert bench._met(rough, course | {"lin_vel_error": 9.0})  # walk is not asked for
+    assert bench.missed(rough, course | {"crossed_stairs_up": 0.5}) == [
+        "crossed_stairs_up 0.5 (>= 0.8)"]
+    assert not bench._met(rough, course | {"terrain_share": 0.49})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 
@@ -125,6 +126,16 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
     assert all(torch.equal(a[k], b[k]) for k in a)
     header = (split / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {f"{t}/episode_return" for t in TASKS} <= set(header)
+    png = tmp_path / "curves.png"  # trot compare: one panel per task, as logged
+    assert cli_main(["compare", str(split), "--out", str(png)]) == 0
+    drawn = list(csv.DictReader(png.with_suffix(".csv").open()))
+    logged = list(csv.DictReader((split / "metrics.csv").open()))
+    for t in TASKS:
+        got = [(float(r["x"]), float(r["median"])) for r in drawn if r["x_column"] ==
+               "env_steps" and r["column"] == f"{t}/episode_return"]
+        want = [(float(r["env_steps"]), float(r[f"{t}/episode_return"])) for r in logged
+                if r[f"{t}/episode_return"]]
+        assert got == pytest.approx(want) and len(want) >= 2
     swing = split / "task_cartpole-swingup-x100"
     cfg = json.loads((swing / "config.json").read_text())
     assert cfg["task"] == TASKS[1] and cfg["with_tasks"] == [] and cfg["env"][
@@ -152,7 +163,6 @@ def test_the_multitask_benchmark_writes_resumes_and_summarizes(tmp_path):
     a summary read from those rows, and a --resume that repeats no finished run. Catches
     the script drifting from the multi-task API, a summary not of its own rows, or a
     resumed benchmark that trains a finished run again."""
-    import csv
     import subprocess
     import sys
     from pathlib import Path
@@ -185,7 +195,6 @@ def test_the_two_robot_benchmark_evaluates_each_robot_and_resumes(tmp_path):
     evaluation appended). Catches the script drifting from the multi-task API, a robot
     evaluated with the other's policy column (its share of env steps), or rows lost on
     resume."""
-    import csv
     import subprocess
     import sys
     from pathlib import Path

@@ -6,6 +6,9 @@ Rows of panels: the training return (metrics.csv's episode_return) and the evalu
 the fall rate); `--eval-metrics NAME ...` adds eval.csv columns. Each panel is drawn against
 env steps (left) and the training wall-clock (right). A metric no run has is left out.
 
+A run of several tasks (`trot train A B`) logs each task's return as TASK/episode_return:
+each is its own panel, labelled with the task.
+
 Seeds of one configuration are one curve: the `seed_K/` run directories in a folder given
 as RUN_DIR (or given one by one), or the runs of a `--group`. Their rows fall at different
 x (always so for wall-clock), so `band` interpolates each run linearly onto the union of the
@@ -140,12 +143,21 @@ def read_csv(path: Path) -> dict[str, np.ndarray]:
             for k in (rows[0] if rows else {})}
 
 
+def columns_of(m: Metric, tables: list[dict]) -> list[str]:
+    """The metric's columns in these runs: its own, then a run of several tasks' TASK/COLUMN
+    (agents/trainer.py logs each task's episodes under its name)."""
+    own = [c for t in tables for c in t[m.file]]
+    return [m.column] + sorted({c for c in own if c.endswith("/" + m.column)})
+
+
 def series(groups: list[Group], metrics: tuple[Metric, ...] = METRICS) -> list[dict]:
-    """The CSV's rows: each curve's median and band for each metric against each x."""
+    """The CSV's rows: each curve's median and band for each metric (and each task's column
+    of it) against each x."""
     out = []
     for g in groups:
         tables = [{f: read_csv(run / f) for f in (TRAIN, EVAL)} for run in g.runs]
-        for m in metrics:
+        for m, column in ((m, c) for m in metrics for c in columns_of(m, tables)):
+            m = Metric(m.file, column, m.label)
             for x in X_AXES:
                 runs = [(t[m.file][x], t[m.file][m.column]) for t in tables
                         if m.column in t[m.file] and np.isfinite(t[m.file][m.column]).any()]
@@ -163,8 +175,13 @@ def draw(groups: list[Group], metrics: tuple[Metric, ...], rows: list[dict],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [m for m in metrics if any(r["column"] == m.column and r["file"] == m.file
-                                       for r in rows)]
+    labels = {(m.file, m.column): m.label for m in metrics}
+
+    def panel(file: str, column: str) -> Metric:  # TASK/COLUMN: the metric's label, the task's
+        task, _, base = column.rpartition("/")
+        return Metric(file, column, labels[file, base] + (f": {task}" if task else ""))
+
+    shown = [panel(*k) for k in dict.fromkeys((r["file"], r["column"]) for r in rows)]
     fig, axes = plt.subplots(len(shown), len(X_AXES), figsize=(9, 2.8 * len(shown)),
                              squeeze=False)
     for row_axes, m in zip(axes, shown):

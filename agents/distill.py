@@ -188,9 +188,12 @@ class Distiller:
         beta = self.beta()
         loss = self.update(*self.collect())
         self.iteration += 1
-        stats = self.env.stats.drain(self.env.reward_terms)  # the one host sync
+        stats = self.env.stats.drain(self.env.reward_terms)  # host syncs: these and vals
+        task_m = self.env.iteration_metrics()  # e.g. the terrain curriculum's level
+        vals = torch.stack([loss, *(v.float() for v in task_m.values())]).tolist()
         return {"iteration": self.iteration, "env_steps": self.env_steps, "beta": beta,
-                "distill_loss": float(loss)} | stats
+                "distill_loss": vals[0]} | {f"task/{k}": v for k, v in
+                                            zip(task_m, vals[1:])} | stats
 
     def state_dict(self) -> dict:
         """Everything the next iteration reads: a resumed distillation continues bitwise

@@ -3,6 +3,7 @@ against the teacher's own actor and return, and the docs page's commands as prin
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from pathlib import Path
@@ -148,3 +149,37 @@ def test_a_resumed_distillation_continues_bitwise(page, tmp_path):
         resume_distill(page / "runs" / "teacher")
     rows = (tmp_path / "split" / "metrics.csv").read_text().splitlines()[1:]
     assert [int(float(r.split(",")[0])) for r in rows] == [1, 2, 3, 4]
+
+
+def test_a_rough_terrain_teacher_with_the_scan_teaches_blind_go1_rough(tmp_path):
+    """docs/distill.md's go1-rough case, on a small map: the teacher's height scan (in its
+    policy) read from the blind student's env equals that env's own noise-free scan, built
+    by the env for its critic, after steps and resets; and the distillation logs the
+    terrain curriculum's level (benchmarks/distill_rough.py reads it). The bugs: the
+    observer's scan taken at another pose or from other points, the level not logged."""
+    from trot.agents.trainer import start_run
+
+    small = dict(tile_size=3.0, terrain_rows=3, terrain_cols=7, terrain_border=1.5)
+    base = dataclasses.replace(get_task("go1-rough").config, **small)
+    agent = dataclasses.replace(tuned(get_task("go1-rough").agent), actor_hidden=(16,),
+                                critic_hidden=(16,))
+    trainer, teacher_dir = start_run(TrainConfig(
+        task="go1-rough", num_envs=4, agent=agent, run_dir=str(tmp_path / "teacher"),
+        env=dataclasses.replace(base, scan_policy=True)))
+    trainer.save(teacher_dir)
+    cfg = TrainConfig(task="go1-rough", num_envs=8, env=base, agent=agent, export=False,
+                      max_env_steps=2 * 8 * 24, run_dir=str(tmp_path / "student"))
+    d, run_dir = distill(cfg, DistillSettings(teacher_iterations=1, minibatches=2),
+                         teacher_dir, quiet=True)
+    scan = lambda layout: next(s for s in layout.slots  # noqa: E731
+                               if s.term.name == "height_scan")
+    layout, read = d.env.observer(load_run(teacher_dir, num_envs=1).env.task.policy_terms())
+    mine, theirs = scan(d.env.critic_layout), scan(layout)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        assert torch.equal(read()[:, theirs.start:theirs.start + theirs.size],
+                           d.env.obs.critic[:, mine.start:mine.start + mine.size])
+        d.env.step(torch.rand(8, d.env.action_dim, generator=gen) * 2 - 1)
+    with open(run_dir / "metrics.csv") as f:
+        levels = [float(r["task/terrain_level"]) for r in csv.DictReader(f)]
+    assert len(levels) == 2 and all(0.0 <= v <= 2.0 for v in levels), levels

@@ -56,8 +56,8 @@ of the same seed, so evaluations see the same starts and commands.
 training or writing.
 
 Seeds: `--seeds 0 1 2` trains each seed in turn (run dirs `RUN_DIR_seedK`, CSVs
-`OUT_seedK.csv`), prints for each the env steps and training wall-clock at which both
-thresholds first held and its env-steps/s, then their median and range, and the training
+`OUT_seedK.csv`), prints for each the env steps and training wall-clock at which every
+goal first held and its env-steps/s, then their median and range, and the training
 time until every seed walked. With `--resume` every seed continues from its own checkpoint
 (a finished seed is only re-reported; one without a checkpoint yet starts).
 `--stacked` trains the seeds together in one process instead (`trot train --seeds`,
@@ -298,10 +298,11 @@ def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict
           f"agent overrides={a.agent or None} env overrides={a.env or None} "
           f"threads={getattr(trainer.env.sim, 'nthread', 0)} "
           f"env-steps/s={rate:,.0f} budget={a.budget_min:.0f} min")
+    when = (f"{hit['train_s'] / 60:.1f} min, {hit['env_steps'] / 1e6:.1f} M env steps"
+            if hit else "not reached")
     print(f"first time every goal held ({' '.join(a.goals)}; tracking error <= "
-          f"{a.max_error:.2f} m/s and fall rate <= {100 * a.max_falls:.0f}% with walk): " + (f"{hit['train_s'] / 60:.1f} min, "
-                                           f"{hit['env_steps'] / 1e6:.1f} M env steps"
-                                           if hit else "not reached"))
+          f"{a.max_error:.2f} m/s and fall rate <= {100 * a.max_falls:.0f}% with walk): "
+          + when)
     print(f"run directory: {run_dir}", flush=True)
     return {"seed": trainer.cfg.seed, "rate": rate,
             "hit_min": hit["train_s"] / 60 if hit else math.nan,

@@ -13,9 +13,9 @@ Three ordinary trot runs, one after the other, through the CLI (`python -m trot`
   history) for `--distill-min`;
 - blind: `trot train go1-rough` for `--teacher-min` + `--distill-min`.
 `--agent FIELD=VALUE` flags go to the teacher and the blind run alike, `--distill
-FIELD=VALUE` to the student, `--flags='...'` (e.g. `--num-envs 512`) to all three. A run whose directory under `--run-root` has a checkpoint
-resumes to its minutes (a finished one returns at once), so an interrupted benchmark goes
-on with the same command.
+FIELD=VALUE` to the student, `--flags='...'` (e.g. `--num-envs 512`) to all three. A run
+whose directory under `--run-root` has a checkpoint resumes to its minutes (a finished one
+returns at once), so an interrupted benchmark goes on with the same command.
 
 Then each policy plays, as benchmarks/locomotion_cpu.py's evaluations do (noise off,
 pushes on), `--episodes` episodes on the training terrain at the starting levels and

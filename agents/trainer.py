@@ -223,7 +223,7 @@ def _process_count_error(saved: int, now: int) -> str:
 def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS, actors: Comm | None = None) -> Trainer:
     cfg.validate()  # before any env is built
     env = make_task_envs(cfg.tasks, cfg.num_envs, cfg.sim, cfg.device,
-                         rank_seed(cfg.seed + ENV_STREAM, comm.rank))
+                         rank_seed(cfg.seed + ENV_STREAM, comm.rank), cfg.task_shares)
     return Trainer(cfg, env, comm, actors)
 
 

@@ -3,8 +3,8 @@ observation setup), each robot's tracking error and falls against env steps.
 
     python benchmarks/multitask_legged.py --budget-min 30 --out docs/data/multitask_go1_go2.csv
 
-Trains `trot train go1-flat go2-flat-clocked` (--num-envs in all, half per robot, go1-flat's
-agent settings, per-task PopArt unless --shared). Every --eval-every-min minutes of training
+Trains `trot train go1-flat go2-flat-clocked` (--num-envs in all, split by --task-shares,
+equal unless given; go1-flat's agent settings, per-task PopArt unless --shared). Every --eval-every-min minutes of training
 the clock is paused and each robot's own policy (the task fixed, agents/multitask.py) is
 evaluated as benchmarks/locomotion_cpu.py evaluates a one-task run: one 20-s episode in
 each of --episodes fresh envs, noise off, commands, randomization and pushes on. Each
@@ -84,7 +84,9 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--eval-episode-s", type=float, default=None,
                    help="evaluation episodes this long (default: the task's, 20 s)")
-    p.add_argument("--num-envs", type=int, default=2048, help="in all, half per robot")
+    p.add_argument("--num-envs", type=int, default=2048, help="in all, for both robots")
+    p.add_argument("--task-shares", type=float, nargs=2, default=(), metavar=("GO1", "GO2"),
+                   help="each robot's share of --num-envs (default: equal)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shared", action="store_true", help="one PopArt for both robots")
     p.add_argument("--run-dir", type=Path, default=Path("runs/multitask_legged"))
@@ -104,7 +106,8 @@ def main() -> None:
         agent = tuned(get_task(tasks[0]).agent + tuple(map(parse_override, a.agent)) + (
             ("popart_tasks", "shared" if a.shared else "per-task"),))
         trainer = build(TrainConfig(task=tasks[0], with_tasks=tasks[1:], num_envs=a.num_envs,
-                                    seed=a.seed, agent=agent, max_env_steps=10**12,
+                                    task_shares=tuple(a.task_shares), seed=a.seed,
+                                    agent=agent, max_env_steps=10**12,
                                     run_dir=str(a.run_dir)))
         write_config(a.run_dir, trainer.cfg)
         rows = []

@@ -24,12 +24,20 @@ from trot.tasks.base import Observation, StepResult
 from trot.tasks.env import Env
 
 
-def split_envs(num_envs: int, tasks: int) -> list[int]:
-    """num_envs split between the tasks as evenly as can be, the first ones one more where
-    it does not divide: each task gets the same share of every rollout."""
-    if num_envs < tasks:
-        raise ValueError(f"num_envs {num_envs} cannot give each of {tasks} tasks an env")
-    return [num_envs // tasks + (i < num_envs % tasks) for i in range(tasks)]
+def split_envs(num_envs: int, shares: Sequence[float]) -> list[int]:
+    """num_envs split between the tasks in proportion to their shares (largest remainders,
+    ties to the earlier task), every task at least one env: task k's share of every
+    rollout. Equal shares give the first tasks one more where it does not divide."""
+    if num_envs < len(shares):
+        raise ValueError(f"num_envs {num_envs} cannot give each of {len(shares)} tasks an env")
+    quotas = [num_envs * w / sum(shares) for w in shares]
+    sizes = [max(1, int(q)) for q in quotas]
+    by_remainder = sorted(range(len(shares)), key=lambda k: (sizes[k] - quotas[k], k))
+    for k in by_remainder[:max(0, num_envs - sum(sizes))]:  # the envs left, largest
+        sizes[k] += 1                                          # remainder first
+    while sum(sizes) > num_envs:  # a task raised to its one env: the largest gives it back
+        sizes[sizes.index(max(sizes))] -= 1
+    return sizes
 
 
 def _signature(env: Env) -> dict[str, object]:

@@ -4,7 +4,7 @@ settings. Variants are further `register` calls with `dataclasses.replace(base, 
 from __future__ import annotations
 
 from dataclasses import dataclass, is_dataclass
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mujoco
@@ -106,14 +106,14 @@ def make_env(task: str, num_envs: int = 1024, sim: str = "cpu",
 
 
 def make_task_envs(tasks: list[tuple[str, TaskConfig | None]], num_envs: int = 1024,
-                   sim: str = "cpu", device: str | torch.device = "cpu", seed: int = 0
-                   ) -> Env | HostedEnv | MultiEnv:
+                   sim: str = "cpu", device: str | torch.device = "cpu", seed: int = 0,
+                   shares: Sequence[float] = ()) -> Env | HostedEnv | MultiEnv:
     """`make_env` for one task; for several (TrainConfig.tasks: name and config, None for
     the registered one) their envs as one (tasks/multi.py), num_envs split between them
-    (`split_envs`), task k's env seeded seed + k."""
+    by their shares (`split_envs`; empty: equal), task k's env seeded seed + k."""
     if len(tasks) == 1:
         return make_env(tasks[0][0], num_envs, sim, device, seed, tasks[0][1])
-    sizes = split_envs(num_envs, len(tasks))
+    sizes = split_envs(num_envs, shares or [1.0] * len(tasks))
     return MultiEnv([name for name, _ in tasks],
                     [make_env(name, n, sim, device, seed + k, config)
                      for k, ((name, config), n) in enumerate(zip(tasks, sizes))])

@@ -109,6 +109,51 @@ def test_tasks_that_do_not_agree_are_refused_by_what_differs():
         make_task_envs([("cartpole-balance", None), ("cartpole-balance-blind", None)], 4)
 
 
+def test_the_split_gives_each_task_its_share_within_one_env():
+    """Every task's env count is within one env of its exact quota num_envs * share /
+    sum(shares), the counts add up to num_envs, a larger share never gets fewer envs, and
+    every task gets one env even where its quota is below one. Catches truncated quotas
+    whose remainder is lost or handed out twice, rounding that does not add up, and the
+    envs left after raising a tiny task to one env counted with the wrong sign."""
+    from trot.tasks.multi import split_envs
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        t = int(rng.integers(2, 6))
+        n, shares = int(rng.integers(20 * t, 5000)), rng.uniform(0.1, 2.0, t)
+        sizes = np.array(split_envs(n, shares.tolist()))
+        quota = n * shares / shares.sum()
+        assert sizes.sum() == n and np.all(np.abs(sizes - quota) < 1), (n, shares, sizes)
+        order = np.argsort(shares)
+        assert np.all(np.diff(sizes[order]) >= 0)
+    assert split_envs(7, [1, 1, 1]) == [3, 2, 2]  # equal shares: the first ones one more
+    assert split_envs(3, [1000, 1, 1]) == [1, 1, 1] and split_envs(5, [1000, 1, 1]) == [3, 1, 1]
+    with pytest.raises(ValueError, match="cannot give each of 3 tasks an env"):
+        split_envs(2, [1, 1, 1])
+
+
+def test_task_shares_from_the_cli_split_the_envs_and_survive_resume(tmp_path, capsys):
+    """`--task-shares 3 1` gives the first task three quarters of the envs, in its env
+    steps, its task directory and after `--resume` (read back from config.json); a share
+    per task is required, and one task refuses shares. Catches shares dropped between the
+    CLI and the envs, or lost on resume (the run would continue on an even split)."""
+    run = tmp_path / "run"
+    base = ["train", *TASKS, "--num-envs", "16", "--agent.rollout-steps", "16",
+            "--no-export", "--run-dir", str(run)]
+    assert cli_main(base + ["--task-shares", "3", "1", "--max-env-steps", str(16 * 16)]) == 0
+    assert cli_main(["train", "--resume", str(run), "--max-env-steps", str(2 * 16 * 16)]) == 0
+    assert json.loads((run / "config.json").read_text())["task_shares"] == [3.0, 1.0]
+    assert read_checkpoint(run)["env_steps"] == 2 * 16 * 16
+    for task, envs in zip(TASKS, (12, 4)):
+        assert read_checkpoint(run / f"task_{task}")["env_steps"] == 2 * 16 * envs
+    capsys.readouterr()
+    other = ["--run-dir", str(tmp_path / "other")]
+    assert cli_main(base + ["--task-shares", "1"] + other) == 2
+    assert "task_shares needs one positive share per task (2:" in capsys.readouterr().err
+    assert cli_main(["train", TASKS[0], "--task-shares", "1"] + other) == 2
+    assert "settings of several tasks" in capsys.readouterr().err
+
+
 def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path, capsys):
     """`trot train A B` split and resumed equals the straight run bit for bit (both tasks'
     env states and the shared learner), every task's episodes are logged under its name,

@@ -25,12 +25,16 @@ class TrainConfig:
     """registered task name (see `trot list`)"""
     with_tasks: tuple[str, ...] = ()
     """further registered tasks that the same policy trains on (`trot train TASK_A TASK_B
-    ...`, agents/multitask.py): num_envs is split evenly between all the tasks, whose
-    observations gain the one-hot task index; each task keeps its own value output and
-    PopArt statistics (agent.popart_tasks)"""
+    ...`, agents/multitask.py): num_envs is split between all the tasks by task_shares,
+    their observations gain the one-hot task index; each task keeps its own value output
+    and PopArt statistics (agent.popart_tasks)"""
     with_envs: tuple[TaskConfig, ...] = ()
     """the task settings of with_tasks, in their order (`--env.TASK.FIELD V` on the CLI;
     empty: their registered defaults)"""
+    task_shares: tuple[float, ...] = ()
+    """several tasks: each task's share of num_envs, in the order the tasks are given
+    (`--task-shares 3 1`: three quarters of the envs to the first); rounded by largest
+    remainders, every task at least one env. Empty: equal shares"""
     algo: Literal["ppo", "a2c", "a3c"] = "ppo"
     """ppo; a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
     fixed learning rate); or a3c: `workers` processes, each with num_envs envs, apply A2C
@@ -229,14 +233,20 @@ class TrainConfig:
         """Several tasks: one learner in one process, every task's settings given."""
         names = [self.task, *self.with_tasks]
         if not self.with_tasks:
-            if self.with_envs:
-                raise ValueError("with_envs are the settings of with_tasks; there are none")
+            if self.with_envs or self.task_shares:
+                raise ValueError("with_envs and task_shares are settings of several tasks "
+                                 "(trot train TASK_A TASK_B ...); this run has one")
             return
         if len(set(names)) != len(names):
             raise ValueError(f"each task may be given once, got {names}")
         if len(self.with_envs) not in (0, len(self.with_tasks)):
             raise ValueError(f"with_envs needs one task config per task of with_tasks "
                              f"({len(self.with_tasks)}), or none, got {len(self.with_envs)}")
+        shares = self.task_shares
+        if shares and (len(shares) != len(names) or not all(0 < w < float("inf")
+                                                             for w in shares)):
+            raise ValueError(f"task_shares needs one positive share per task ({len(names)}: "
+                             f"{', '.join(names)}), or none, got {list(shares)}")
         if self.num_envs < len(names):
             raise ValueError(f"num_envs {self.num_envs} cannot give each of the "
                              f"{len(names)} tasks an env")

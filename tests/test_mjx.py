@@ -231,6 +231,20 @@ def test_env_matches_cpu_backend_swingup():
 
 
 # ---------------------------------------------------------------------------- zero copy
+def test_a_block_of_rows_acts_on_its_rows_alone_on_mjx(model):
+    """Seeds trained together on mjx (`trot train TASK --sim mjx --seeds ...`) step blocks
+    of one MjxSim: tests/test_seeds.py's block check, for two rounds, on the backend whose
+    step rebinds its tensors. Catches a block that keeps the tensors it first read (stale
+    after the first step: its rows would stay at their start while the parent moves) and
+    a reset, push or parameter reaching another block's rows. float32 on XLA: the same
+    rows in batches of 3N and N may round apart in the last place."""
+    from test_seeds import check_block_rows
+
+    check_block_rows(lambda n: MjxSim(model, n, SUBSTEPS, device=DEV),
+                     lambda a, b: torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6),
+                     rounds=2, n=N)  # the module's N: only the parent's size compiles anew
+
+
 def test_dlpack_zero_copy(model):
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
     for _ in range(2):

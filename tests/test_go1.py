@@ -174,7 +174,7 @@ def test_env_terms_are_weight_times_dt_times_term():
     env.step(torch.zeros(3, 12))
     env.step(torch.full((3, 12), 0.3))
     total, terms = _last_terms(env)
-    cfg, dt, sim = env.task.config, env.control_dt, env.sim
+    dt, sim = env.control_dt, env.sim
     torque_sq = sum(sim.sensor(f"{j}_torque")[:, 0].double() ** 2 for j in go1.JOINTS)
     up = sim.sensor("upvector").double()  # gravity in the base frame is -upvector
     torch.testing.assert_close(terms["torques"].double(), -2e-4 * dt * torque_sq,

@@ -68,3 +68,17 @@ def test_the_reach_grows_with_the_action_scale_and_the_joint_filter_narrows_it()
     assert sagittal.joints == ("FR_thigh", "FR_calf") and sagittal.lift <= high.lift
     with pytest.raises(ValueError, match="matches"):
         bench.foot_reach("go1-flat", only=("elbow",))
+
+
+def test_the_command_line_prints_the_reach_of_its_overrides():
+    """The journal's command form (`--env`, `--only`) through the script's own main: catches
+    flags parsed but not passed on."""
+    import re
+    import subprocess
+    out = subprocess.run([sys.executable, str(_path), "--task", "go1-flat", "--only", "thigh",
+                          "calf", "--env", "action_scale=0.25", "--points", "3"],
+                         capture_output=True, text=True, check=True).stdout
+    want = bench.foot_reach("go1-flat", {"action_scale": 0.25}, 3, ("thigh", "calf"))
+    got = [float(x) for x in re.findall(r"reach ([\d.]+) cm", out)]
+    assert "action_scale 0.25" in out and len(got) == 4
+    assert np.allclose(got, [round(100 * r.lift, 1) for r in want])

@@ -198,6 +198,11 @@ def parse_args() -> argparse.Namespace:
                         "symmetry=augment epochs=4 (for screening a change)")
     p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="task config overrides, e.g. obs_history=4")
+    p.add_argument("--eval-env", nargs="*", default=[], metavar="FIELD=VALUE",
+                   help="task config overrides for the evaluations only, over the run's "
+                        "own: train under one condition, measure under another, e.g. "
+                        "--env push_interval_seconds=(3,6) --eval-env "
+                        "push_interval_seconds=(10,15)")
     p.add_argument("--train", nargs="*", default=[], metavar="FIELD=VALUE",
                    help="TrainConfig overrides, e.g. async_collect=True actor_lag=1")
     a = p.parse_args()
@@ -233,8 +238,18 @@ def _met(a: argparse.Namespace, row: dict[str, float]) -> bool:
     return not missed(a, row)
 
 
+def eval_config(a: argparse.Namespace, config):
+    """The run's task config with --eval-env's overrides (a field the task lacks: an error
+    naming it, raised before training starts since run_seed calls this first)."""
+    try:
+        return dataclasses.replace(config, **dict(map(parse_override, a.eval_env)))
+    except TypeError as e:
+        raise SystemExit(f"--eval-env: {e}; the task's fields: "
+                         f"{', '.join(f.name for f in dataclasses.fields(config))}") from None
+
+
 def evaluation_row(a, trainer, train_s: float, last_return: float) -> dict[str, float]:
-    config, seed = trainer.cfg.env, 10_000 + trainer.cfg.seed
+    config, seed = eval_config(a, trainer.cfg.env), 10_000 + trainer.cfg.seed
     row = {"train_s": train_s, "env_steps": trainer.env_steps,
            "train_return": last_return} | evaluate_now(a.task, config, trainer.ac.actor,
                                                         a.episodes, seed)
@@ -254,6 +269,7 @@ def evaluation_row(a, trainer, train_s: float, last_return: float) -> dict[str, 
 def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict:
     """Train one seed to the budget with its evaluations; returns its summary."""
     trainer, rows, train_s = start(a, seed, run_dir, None if a.eval_only else out)
+    eval_config(a, trainer.cfg.env)  # a bad --eval-env fails now, not at the first row
     if a.eval_only:
         print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
         row = evaluation_row(a, trainer, train_s, math.nan)

@@ -3,7 +3,8 @@
 The bugs: two seeds sharing a run directory (the second resuming the first), the first
 time the thresholds held read from the wrong row, a resumed run repeating its rows, the
 median taken over seeds that never met the thresholds as if they had, a --resume over
-seeds that fails on the one that never began.
+seeds that fails on the one that never began, --eval-env's overrides left out of the
+evaluation.
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
     assert float(lines[header + 1].split()[1]) == float(_rows(tmp_path / "curve_seed1.csv")
                                                         [-1]["env_steps"])
     assert (tmp_path / "curve_seed1.csv").read_text() == before
+
+    # --eval-env: the evaluation runs under its overrides (0.5-s episodes, where the run's
+    # own rows, 2-s episodes from a standing start, last longer); a field the task lacks
+    # is named before anything trains
+    assert all(float(r["episode_s"]) > 0.5 for r in _rows(tmp_path / "curve_seed1.csv"))
+    lines = _run(tmp_path, "--seeds", "1", "--eval-only", "--eval-env",
+                 "episode_seconds=0.5").splitlines()
+    header = next(i for i, x in enumerate(lines) if x.split()[:1] == ["train_s"])
+    assert float(lines[header + 1].split()[6]) <= 0.5
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"),
+                          *ARGS, "--run-dir", str(tmp_path / "fresh"), "--out",
+                          str(tmp_path / "fresh.csv"), "--eval-env", "push_every=3"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--eval-env" in bad.stderr and "push_every" in bad.stderr
+    assert not (tmp_path / "fresh.csv").exists()
 
 
 def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):

@@ -240,7 +240,7 @@ def _met(a: argparse.Namespace, row: dict[str, float]) -> bool:
 
 def eval_config(a: argparse.Namespace, config):
     """The run's task config with --eval-env's overrides (a field the task lacks: an error
-    naming it, raised before training starts since run_seed calls this first)."""
+    naming it, raised before any run directory is written since main calls this first)."""
     try:
         return dataclasses.replace(config, **dict(map(parse_override, a.eval_env)))
     except TypeError as e:
@@ -269,7 +269,6 @@ def evaluation_row(a, trainer, train_s: float, last_return: float) -> dict[str, 
 def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict:
     """Train one seed to the budget with its evaluations; returns its summary."""
     trainer, rows, train_s = start(a, seed, run_dir, None if a.eval_only else out)
-    eval_config(a, trainer.cfg.env)  # a bad --eval-env fails now, not at the first row
     if a.eval_only:
         print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
         row = evaluation_row(a, trainer, train_s, math.nan)
@@ -378,6 +377,7 @@ def _spread(values: list[float]) -> str:
 
 def main() -> None:
     a = parse_args()
+    eval_config(a, get_task(a.task).config)  # a bad --eval-env fails now, not at a row
     base_dir = Path(a.run_dir or f"runs/{a.task}/locomotion_cpu")
     out = Path(a.out)
     if a.seeds is None:

@@ -83,12 +83,15 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
                  "episode_seconds=0.5").splitlines()
     header = next(i for i, x in enumerate(lines) if x.split()[:1] == ["train_s"])
     assert float(lines[header + 1].split()[6]) <= 0.5
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"),
-                          *ARGS, "--run-dir", str(tmp_path / "fresh"), "--out",
-                          str(tmp_path / "fresh.csv"), "--eval-env", "push_every=3"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert bad.returncode != 0 and "--eval-env" in bad.stderr and "push_every" in bad.stderr
-    assert not (tmp_path / "fresh.csv").exists()
+    for stacked in ([], ["--seeds", "0", "1", "--stacked"]):  # checked before either kind
+        bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"),
+                              *ARGS, "--run-dir", str(tmp_path / "fresh"), "--out",
+                              str(tmp_path / "fresh.csv"), "--eval-env", "push_every=3",
+                              *stacked], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=600)
+        assert bad.returncode != 0 and "--eval-env" in bad.stderr
+        assert "push_every" in bad.stderr
+        assert not list(tmp_path.glob("fresh*"))  # no run directory, no CSV
 
 
 def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):

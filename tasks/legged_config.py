@@ -98,7 +98,7 @@ class LeggedConfig(TaskConfig):
 @dataclass(frozen=True)
 class ClockSettings:
     """The gait clock's settings (tasks/terms/clock.py) and the terms a clocked walker
-    needs; the defaults are the G1's (tasks/g1.py)."""
+    needs; the clock's defaults are the G1's walk (tasks/g1.py sets a higher arch)."""
 
     gait_period: float = 0.8
     """s per gait cycle (every foot one step)"""

@@ -11,6 +11,7 @@ the current code with the files this wrote before tasks became compositions of t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Callable
@@ -23,6 +24,11 @@ FOLDER = Path(__file__).with_name("records")
 TASKS = ("go1-flat", "go1-flat-airtime", "go2-flat", "g1-flat", "go1-rough")
 STEPS, FULL, N, SEED = 800, 200, 4, 3
 PARAMS = ("geom_friction", "body_mass", "body_ipos", "actuator_gainprm", "actuator_biasprm")
+# settings registered since the records were made, put back for them: g1-flat's of issue 53
+# (its reward weights, kick interval, arch and history; tasks/g1.py)
+AS_RECORDED = {"g1-flat": dict(weights=(("feet_phase", 1.0), ("termination", -2.0)),
+                               push_interval_seconds=(10.0, 15.0), swing_height=0.08,
+                               feet_phase_std=0.05, obs_history=1)}
 
 
 def path(task: str) -> Path:
@@ -33,9 +39,11 @@ def record(task: str, levels: Callable | None = None, steps: int = STEPS
            ) -> dict[str, np.ndarray]:
     """levels(env) -> [N] curriculum levels, or None where the task has no curriculum."""
     import trot
+    from trot.tasks import get_task
 
     torch.set_num_threads(1)
-    env = trot.make_env(task, num_envs=N, seed=SEED)
+    config = dataclasses.replace(get_task(task).config, **AS_RECORDED.get(task, {}))
+    env = trot.make_env(task, num_envs=N, seed=SEED, config=config)
     terms: list[dict[str, torch.Tensor]] = []
     inner = env._record  # the env's guarded record of each step's reward and its terms
 

@@ -33,10 +33,10 @@ G1_FLAT = Velocity(
         # (LeggedConfig's): 0.9-2.3% falls there after 30 minutes, against 7% when
         # trained with the 10-15 s kicks (docs/journal/g1.md, screens E and I)
         ("push_interval_seconds", (4.0, 8.0)),
-        # a 12 cm arch, scored within 10 cm, and a 4-frame history: every gait goal held
-        # at 30 minutes (screen E), where an 8 cm arch within 5 cm took 81 (attempt 4)
-        ("swing_height", 0.12), ("feet_phase_std", 0.1), ("obs_history", 4),
-    ))
+        # the high arch and a 4-frame history: every gait goal held at 30 minutes
+        # (screen E), where an 8 cm arch within 5 cm took 81 (attempt 4)
+        ("obs_history", 4),
+    ) + loco.HIGH_ARCH)
 
 # The Go1's learner. unitree_rl_gym's G1 entropy 0.01 and initial std 0.8 (tried first,
 # docs/journal/g1.md) let the std grow to ~200 behind the action clip: a bang-bang policy

@@ -152,14 +152,20 @@ def evaluate_course(task: str, config, actor, episodes: int, seed: int) -> dict[
 def _write_csv(path: Path, rows: list[dict[str, float]]) -> None:
     with open(path, "w", newline="") as f:  # columns added since the first row: blank there
         w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
+        w.writeheader()  # nan as blank, as _read_csv reads it
+        w.writerows({k: "" if v != v else v for k, v in r.items()} for r in rows)
+
+
+def _number(text: str) -> float:
+    """A CSV cell as written: ints stay ints, so a resumed run rewrites its rows unchanged."""
+    if not text:
+        return math.nan
+    return int(text) if text.lstrip("-").isdigit() else float(text)
 
 
 def _read_csv(path: Path) -> list[dict[str, float]]:
     with open(path, newline="") as f:
-        return [{k: float(v) if v else math.nan for k, v in row.items()}
-                for row in csv.DictReader(f)]
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def parse_args() -> argparse.Namespace:

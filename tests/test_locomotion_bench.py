@@ -4,13 +4,15 @@ The bugs: two seeds sharing a run directory (the second resuming the first), the
 time the thresholds held read from the wrong row, a resumed run repeating its rows, the
 median taken over seeds that never met the thresholds as if they had, a --resume over
 seeds that fails on the one that never began, --eval-env's overrides left out of the
-evaluation.
+evaluation, a resumed run rewriting its earlier rows in another form (ints read back as
+floats).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import subprocess
@@ -140,3 +142,23 @@ def test_goals_hold_on_every_matching_column_and_name_what_missed():
     assert bench.missed(rough, course | {"crossed_stairs_up": 0.5}) == [
         "crossed_stairs_up 0.5 (>= 0.8)"]
     assert not bench._met(rough, course | {"terrain_share": 0.49})
+
+
+def test_rows_read_back_are_rewritten_unchanged(tmp_path, monkeypatch):
+    """--resume reads the CSV and rewrites it with the new rows: the old rows must come out
+    as they went in (env steps were once rewritten as 5652480.0)."""
+    spec = importlib.util.spec_from_file_location("locomotion_cpu",
+                                                  ROOT / "benchmarks" / "locomotion_cpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look it up there
+    spec.loader.exec_module(bench)
+    text = ("train_s,env_steps,lin_vel_error,terrain_level\r\n"
+            "602.1202623749996,5652480,0.2948646545410156,\r\n"
+            "1202.25,11354112,1e-05,-3\r\n")
+    src, again = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_bytes(text.encode())
+    rows = bench._read_csv(src)
+    assert rows[1]["env_steps"] == 11354112 and math.isnan(rows[0]["terrain_level"])
+    bench._write_csv(again, rows)
+    assert again.read_bytes() == text.encode()
+

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
+import importlib
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # what is checked here is the bookkeeping around training and evaluation, so: 2-s episodes
@@ -114,14 +116,19 @@ def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
     assert [len(_rows(tmp_path / f"curve_seed{k}.csv")) for k in (0, 1)] == [len(r) for r in rows]
 
 
-def test_goals_hold_on_every_matching_column_and_name_what_missed():
+@pytest.fixture
+def bench(monkeypatch):
+    """benchmarks/locomotion_cpu.py as a module, its folder on sys.path for this test only."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("locomotion_cpu")
+
+
+def test_goals_hold_on_every_matching_column_and_name_what_missed(bench):
     """--goals: a goal on gait_duty_* holds only when every foot's duty factor is in range,
     a NaN or missing column is a miss (a metric that never fired is not a goal met), the
     terrain share and every course tile count for rough, and walk follows --max-error and
     --max-falls. The bugs: only the first foot or tile checked, NaN comparisons read as
     held, the walk thresholds fixed at their defaults."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import locomotion_cpu as bench
 
     a = argparse.Namespace(goals=["walk", "gait"], max_error=0.25, max_falls=0.05)
     good = {"lin_vel_error": 0.2, "fall_rate": 0.04, "gait_duty_left_foot": 0.6,
@@ -144,14 +151,9 @@ def test_goals_hold_on_every_matching_column_and_name_what_missed():
     assert not bench._met(rough, course | {"terrain_share": 0.49})
 
 
-def test_rows_read_back_are_rewritten_unchanged(tmp_path, monkeypatch):
+def test_rows_read_back_are_rewritten_unchanged(tmp_path, bench):
     """--resume reads the CSV and rewrites it with the new rows: the old rows must come out
     as they went in (env steps were once rewritten as 5652480.0)."""
-    spec = importlib.util.spec_from_file_location("locomotion_cpu",
-                                                  ROOT / "benchmarks" / "locomotion_cpu.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look it up there
-    spec.loader.exec_module(bench)
     text = ("train_s,env_steps,lin_vel_error,terrain_level\r\n"
             "602.1202623749996,5652480,0.2948646545410156,\r\n"
             "1202.25,11354112,1e-05,-3\r\n")

@@ -6,7 +6,8 @@ a policy trained blind directly for the same total wall-clock, the teacher's tim
         --agent update-dtype=bfloat16 --run-root runs/distill_rough \
         --out docs/data/distill_go1_rough.csv
 
-Three ordinary trot runs, one after the other, through the CLI (`python -m trot`):
+Three ordinary trot runs, one after the other, through the CLI (`trot.cli.main`, in this
+process):
 - teacher: `trot train go1-rough --env.scan-policy` (the scan in each of the policy's
   frames) for `--teacher-min` minutes of training;
 - student: `trot distill TEACHER go1-rough` (the registered blind policy, a 4-frame
@@ -31,13 +32,14 @@ import argparse
 import csv
 import math
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomotion_cpu import _write_csv, evaluate_course, evaluate_now  # noqa: E402
 
+from trot.cli import main as cli_main  # noqa: E402
 from trot.runs import CHECKPOINT, atomic_write, load_run, read_checkpoint  # noqa: E402
 from trot.tasks.registry import get_task  # noqa: E402
 
@@ -71,9 +73,10 @@ def run_phase(name: str, start: list[str], minutes: float, run_dir: Path) -> Non
         return
     cmd = [start[0], "--resume", str(run_dir)] if resume else [
         *start, "--run-dir", str(run_dir), "--no-export"]
-    cmd = [sys.executable, "-m", "trot", *cmd, "--minutes", str(minutes)]
-    print(f"[{name}] trot {' '.join(cmd[3:])}", flush=True)
-    subprocess.run(cmd, check=True)
+    cmd = [*cmd, "--minutes", str(minutes)]
+    print(f"[{name}] trot {' '.join(cmd)}", flush=True)
+    if cli_main(cmd) != 0:
+        raise SystemExit(f"[{name}] trot {' '.join(cmd)} failed")
 
 
 def last_level(run_dir: Path) -> float:
@@ -98,7 +101,7 @@ def evaluate(name: str, run_dir: Path, before_s: float, episodes: int) -> dict:
     return row
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher-min", type=float, default=20.0)
     p.add_argument("--distill-min", type=float, default=10.0)
@@ -113,14 +116,19 @@ def parse_args() -> argparse.Namespace:
                    help="further flags for all three runs, e.g. --flags='--num-envs 512'")
     p.add_argument("--run-root", default="runs/distill_rough")
     p.add_argument("--out", default="distill_go1_rough.csv")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
-def main() -> None:
-    a = parse_args()
-    root = Path(a.run_root)
+def train_all(a: argparse.Namespace) -> None:
+    """The three runs, each started, resumed to its minutes, or left as it is if done."""
     for name, start, minutes in phases(a):
-        run_phase(name, start, minutes, root / name)
+        run_phase(name, start, minutes, Path(a.run_root) / name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    root = Path(a.run_root)
+    train_all(a)
     teacher_s = read_checkpoint(root / "teacher")["wall_s"]
     rows = [evaluate(name, root / name, teacher_s if name == "student" else 0.0, a.episodes)
             for name, _, _ in phases(a)]

@@ -3,19 +3,23 @@ against the teacher's own actor and return, and the docs page's commands as prin
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import io
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 import torch
-from test_docs import REPO, _run_as_printed, _shell_lines
+from test_docs import REPO, _shell_lines
 
 import trot
 from trot.agents.config import tuned
 from trot.agents.distill import DistillSettings, Teacher, distill
 from trot.agents.evaluate import run_episodes
+from trot.cli import main as cli_main
 from trot.config import TrainConfig
 from trot.runs import load_run, read_checkpoint
 from trot.tasks.registry import get_task, make_env
@@ -25,13 +29,19 @@ DOC = REPO / "docs" / "distill.md"
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
-    """docs/distill.md's commands, run as printed in a fresh folder: a cartpole-balance
-    teacher (400k env steps), its blind student (600k) and the student's sim2sim."""
+    """docs/distill.md's commands, run as printed in a fresh folder through `trot`'s entry
+    point (in this process: three new ones would import torch three times): a
+    cartpole-balance teacher trained on the blind task's wide starts (400k env steps), its
+    blind student (200k) and the student's sim2sim."""
     folder = tmp_path_factory.mktemp("distill")
     lines = _shell_lines(DOC)
-    assert [ln.split()[1] for ln in lines] == ["train", "distill", "sim2sim"]
+    assert [ln.split()[:2] for ln in lines] == [["trot", "train"], ["trot", "distill"],
+                                                ["trot", "sim2sim"]]
     for line in lines:
-        _run_as_printed(line, folder)
+        out = io.StringIO()
+        with contextlib.chdir(folder), contextlib.redirect_stdout(out):
+            rc = cli_main(shlex.split(line)[1:])
+        assert rc == 0, f"{line}\n{out.getvalue()[-1500:]}"
     return folder
 
 
@@ -54,7 +64,7 @@ def test_blind_student_reaches_the_teachers_return(page):
     env = _blind_env(seed=5)
     teacher = Teacher(load_run(page / "runs" / "teacher", num_envs=1), env)
     want = run_episodes(env, lambda obs: teacher.act(None), 256)["mean_return"]
-    assert want > 200 and got >= 0.95 * want, (got, want)
+    assert want > 450 and got >= 0.95 * want, (got, want)  # measured: 490 and 99-100%
     record = json.loads((page / "runs" / "student" / "distill.json").read_text())
     assert record["teacher_task"] == "cartpole-balance" and record["teacher_history"] == 1
     assert record["teacher_terms"] == ["cart_pos", "pole_axis", "cart_vel", "pole_vel"]
@@ -84,11 +94,11 @@ def test_teacher_reads_the_full_state_from_the_student_env(page):
 
 def test_student_matches_its_teacher_on_the_states_it_visits(page, tmp_path):
     """A student with the teacher's observation and a smaller network (16 units against
-    32), distilled for 150k env steps, then acting alone for 200 steps: its action is
+    32), distilled for 100k env steps, then acting alone for 200 steps: its action is
     within 0.01 of the teacher actor's on average over the visited states, and within 0.05
-    on 99% of them (measured: 0.003 and a rare worst state at 0.18). The bugs:
+    on 99% of them (measured: 0.0026 and 0.017, a rare worst state at 0.43). The bugs:
     the loss on the wrong side of the clip, an update that does not step the student."""
-    cfg = TrainConfig(task="cartpole-balance", num_envs=128, seed=3, max_env_steps=150_000,
+    cfg = TrainConfig(task="cartpole-balance", num_envs=128, seed=3, max_env_steps=100_000,
                       agent=dataclasses.replace(tuned(get_task("cartpole-balance").agent),
                                                 actor_hidden=(16,)),
                       run_dir=str(tmp_path / "student"), export=False)

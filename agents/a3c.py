@@ -18,10 +18,10 @@ another is half-way through. The statistics take one lock: PopArt's move and the
 the value head that preserves its outputs must be one act, or two workers would rescale the
 head against each other's statistics.
 
-The main process owns the run directory: it logs every update a worker reports (one row
-each in metrics.csv, with the worker's index), writes the checkpoint every
-checkpoint_every updates and at the end, and stops the workers at the budget or on Ctrl-C /
-SIGTERM. A worker that dies (exits with an error) stops the run: the others finish their
+The main process is the learner that the one loop (agents/loop.py) drives: an iteration is
+one update a worker reports (one row each in metrics.csv, with the worker's index), so the
+loop checkpoints every checkpoint_every updates and at the end, and stops the workers at
+the budget or on Ctrl-C / SIGTERM. A worker that dies (exits with an error) stops the run: the others finish their
 update, the checkpoint is written, and the error names the worker and its exit code.
 Carrying on with fewer workers would change the run's speed and recorded settings without
 anyone asking. MAX_CONSECUTIVE_NAN updates per worker in a row whose gradients were all
@@ -37,43 +37,45 @@ from __future__ import annotations
 import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.multiprocessing as mp
+from torch.utils._pytree import tree_map
 
-import trot
-from trot import faults
-from trot.agents.checkpoint import require_keys, save_checkpoint
+from trot.agents.checkpoint import Checkpoint, Counters, require_keys
 from trot.agents.collect import Collector
-from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, SHUFFLE_STREAM, pin_cpus, rank_seed
-from trot.agents.logger import RunLogger, progress_line
+from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
+                                     pin_cpus, rank_seed)
+from trot.agents.logger import RunLogger
+from trot.agents.loop import Interrupted, one_logger, one_progress
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
+from trot.agents.runs import run_config
 from trot.agents.storage import Rollout
-from trot.agents.loop import _StopFlag
 from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged
-from trot.config import TrainConfig, to_json
-from trot.runs import CHECKPOINT, raise_budget, read_checkpoint, run_config
+from trot.agents.train_config import TrainConfig
+from trot.core import faults
 from trot.sim.base import available_cpus
 from trot.tasks.registry import make_env
+from trot.tasks.sources import load_tasks, loaded_specs
 
 RMSPROP = {"alpha": 0.99, "eps": 1e-5}
 """the shared RMSProp's decay and epsilon (OpenAI baselines' A2C; the paper's 0.99 with an
 epsilon of 0.1 inside the square root, for unnormalized Atari gradients)"""
-STATE_KEYS = ("model", "optimizer", "iteration", "env_steps", "wall_s", "nan_updates",
-              "resumes")
+STATE_KEYS = ("model", "optimizer", "nan_updates", "resumes")
 RESUME_SEED = 7_919  # a resumed run's envs are seeded afresh: + RESUME_SEED * resumes
 
 
-class WorkerDied(RuntimeError):
-    pass
+class WorkerDied(Interrupted):
+    """A worker exited with an error: the others were stopped, the checkpoint is written."""
 
 
 def worker_count(cfg: TrainConfig) -> int:
-    return cfg.workers or available_cpus()
+    return cfg.mode.workers or available_cpus()
 
 
 @dataclass
@@ -149,9 +151,8 @@ class Worker:
                                   rank_seed(seed + ENV_STREAM, k), cfg.env)
         self.local = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a)
         self.shared, self.steps = shared, a.rollout_steps * cfg.num_envs
-        self.algo = PPO(self.local, a, dev)
-        self.algo.optimizer = self.step = HogwildStep(self.local, shared.ac, shared.rms,
-                                                      a.learning_rate)
+        self.step = HogwildStep(self.local, shared.ac, shared.rms, a.learning_rate)
+        self.algo = PPO(self.local, a, dev, optimizer=self.step)
         buffer = Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,
                                   env.critic_obs_dim, env.action_dim, dev,
                                   self.local.actor.state_size)
@@ -195,8 +196,6 @@ def _worker(k: int, workers: int, run_dir: str, shared: Shared, resumes: int,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
     faults.set_rank(k)
     pin_cpus(k, workers)
-    from trot.tasks.sources import load_tasks
-
     for spec in specs:
         load_tasks(spec)
     cfg = run_config(Path(run_dir))
@@ -214,52 +213,132 @@ def _worker(k: int, workers: int, run_dir: str, shared: Shared, resumes: int,
 
 
 class A3C:
-    """The main process: the shared network and optimizer state, the workers, the run
-    directory's logs and checkpoints."""
+    """The main process (agents/loop.py's `Learner`): the shared network and optimizer
+    state, and the workers; one iteration is one worker's update, as it reports it."""
 
-    def __init__(self, cfg: TrainConfig, state: dict | None = None):
+    kind: ClassVar[str] = "a3c"
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path):
         cfg.validate()
-        self.cfg, a = cfg, cfg.agent_effective
+        self.cfg, self.run_dir, a = cfg, Path(run_dir), cfg.agent_effective
+        self.comm, self.device = ONE_PROCESS, torch.device("cpu")
         probe = make_env(cfg.task, 1, "cpu", "cpu", 0, cfg.env)  # the layout's sizes only
         torch.manual_seed(cfg.seed)
         self.ac = ActorCritic(probe.obs_dim, probe.critic_obs_dim, probe.action_dim, a)
-        params = list(self.ac.parameters())
-        self.rms = new_rmsprop_state(params)
+        self.rms = new_rmsprop_state(list(self.ac.parameters()))
         self.iteration = self.env_steps = self.nan_updates = self.resumes = 0
         self._dropped_in_a_row = 0
-        self.wall_s = 0.0
-        if state is not None:
-            require_keys(state, STATE_KEYS, "the a3c checkpoint")
-            self.ac.load_state_dict(state["model"])
-            opt = shared_rmsprop(params, a.learning_rate, self.rms)
-            opt.load_state_dict(state["optimizer"])  # new state tensors: adopt them
-            self.rms = [opt.state[p] for p in params]
-            self.iteration, self.env_steps = state["iteration"], state["env_steps"]
-            self.wall_s, self.nan_updates = state["wall_s"], state["nan_updates"]
-            self.resumes = state["resumes"] + 1
+        self.procs: list = []
+        self.shared: Shared | None = None
+        self._share()
+
+    def _share(self) -> None:
         self.ac.share_memory()
         for st in self.rms:
             for t in st.values():
                 t.share_memory_()
 
-    def state_dict(self) -> dict:
-        opt = shared_rmsprop(list(self.ac.parameters()),
-                             self.cfg.agent_effective.learning_rate, self.rms)
-        return {"model": self.ac.state_dict(), "optimizer": opt.state_dict(),
-                "iteration": self.iteration, "env_steps": self.env_steps,
-                "wall_s": self.wall_s, "nan_updates": self.nan_updates,
-                "resumes": self.resumes, "algo": "a3c", "config": to_json(self.cfg),
-                "trot_version": trot.__version__}
+    # ------------------------------------------------------------------ the run
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        """Start the workers and wait until each has built its envs (the clock starts
+        then). A worker that fails meanwhile raises WorkerDied."""
+        ctx, k = mp.get_context("spawn"), worker_count(self.cfg)
+        self.shared = shared = Shared.make(ctx, self.ac, self.rms, self.env_steps)
+        self.procs = [ctx.Process(target=_worker, name=f"trot-a3c-worker-{i}", daemon=True,
+                                  args=(i, k, str(self.run_dir), shared, self.resumes,
+                                        loaded_specs()))
+                      for i in range(k)]
+        for p in self.procs:
+            p.start()
+        while shared.ready.value < k and not interrupted():  # envs being built
+            _check_alive(self.procs, self.run_dir)
+            time.sleep(0.05)
+        self.since = (time.monotonic(), self.env_steps)  # the rate's reference: the go
+        if not interrupted():
+            shared.go.set()
 
-    def save(self, run_dir: Path, lock: Any) -> None:
-        """A copy taken under the lock (the statistics whole; the parameters as Hogwild
-        leaves them), then written. A lock still held after `terminate()` killed its
-        holder is not waited for: the copy is taken without it, and said so."""
-        held = lock.acquire(timeout=10.0)
+    def iterate(self) -> dict[str, float]:
+        """The next update a worker reports: counted, and its metrics. The rate is the mean
+        since the workers started (one update's is one worker's burst)."""
+        while True:
+            _check_alive(self.procs, self.run_dir)
+            try:
+                m = self._count(self.shared.reports.get(timeout=0.2))
+                break
+            except queue.Empty:
+                continue
+        if self._dropped_in_a_row >= MAX_CONSECUTIVE_NAN * len(self.procs):
+            raise TrainingDiverged(
+                f"the last {self._dropped_in_a_row} worker updates all had NaN/Inf gradients "
+                "(the shared parameters have diverged); stopped with the last good "
+                "checkpoint kept")
+        return m
+
+    def _count(self, report: tuple) -> dict[str, float]:
+        k, steps, m = report
+        now = time.monotonic()
+        self.iteration += 1
+        self.env_steps = max(self.env_steps, steps)
+        dropped = int(m.pop("nan_updates"))
+        self.nan_updates += dropped
+        self._dropped_in_a_row = (self._dropped_in_a_row + 1) if dropped else 0
+        return m | {"iteration": self.iteration, "env_steps": self.env_steps, "worker": k,
+                    "nan_updates": self.nan_updates,
+                    "steps_per_s": (self.env_steps - self.since[1]) /
+                    max(now - self.since[0], 1e-9)}
+
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        """Stop every worker; the updates they still report are returned to log. A worker
+        still busy after dist_timeout (stuck in its update), or any on a failure, is
+        terminated."""
+        if self.shared is None:
+            return []
+        self.shared.stop.set()
+        rows, deadline = [], time.monotonic() + (0.0 if failed else self.cfg.dist_timeout)
+        while any(p.is_alive() for p in self.procs) or not self.shared.reports.empty():
+            if time.monotonic() > deadline:
+                for p in self.procs:
+                    p.terminate()
+                    p.join(5.0)
+                break
+            try:
+                rows.append(self._count(self.shared.reports.get(timeout=0.2)))
+            except queue.Empty:
+                pass
+        if not failed:
+            _check_alive(self.procs, self.run_dir)  # one that died after the last look
+        return [] if failed else rows
+
+    def policy(self) -> None:
+        return None  # RULES refuse eval_every: workers would train on while it ran
+
+    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
+        return one_logger(self, run_dir, at)
+
+    def progress(self, m: dict[str, float]) -> str:
+        return one_progress(self, m) + f" | worker {int(m['worker'])}"
+
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        pass
+
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        return [Path(run_dir)]
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """A copy taken under the statistics lock (the statistics whole; the parameters as
+        Hogwild leaves them). A lock still held after `terminate()` killed its holder is
+        not waited for: the copy is taken without it, and said so. Parameters that hold
+        NaN/Inf are refused: the last good checkpoint stays."""
+        lock = None if self.shared is None else self.shared.lock
+        held = lock is None or lock.acquire(timeout=10.0)
         try:
-            state = _cloned(self.state_dict())
+            opt = shared_rmsprop(list(self.ac.parameters()),
+                                 self.cfg.agent_effective.learning_rate, self.rms)
+            state = _cloned({"model": self.ac.state_dict(), "optimizer": opt.state_dict(),
+                             "nan_updates": self.nan_updates, "resumes": self.resumes})
         finally:
-            if held:
+            if lock is not None and held:
                 lock.release()
         if not held:
             print("trot: a3c: the statistics lock was not released (a worker was killed "
@@ -268,97 +347,19 @@ class A3C:
                    if t.is_floating_point()):
             raise TrainingDiverged("the shared parameters hold NaN/Inf (an overflowing "
                                    "step); the last checkpoint was kept, not overwritten")
-        save_checkpoint(run_dir / CHECKPOINT, state)
+        return state
 
-    def done(self) -> bool:
-        return self.cfg.spent(self.env_steps, self.wall_s)
-
-    def train(self, run_dir: Path, quiet: bool = False) -> Path:
-        """Start the workers, log their reports, checkpoint, stop them at the budget."""
-        from trot.launch import _tasks_flags
-
-        ctx, k = mp.get_context("spawn"), worker_count(self.cfg)
-        shared = Shared.make(ctx, self.ac, self.rms, self.env_steps)
-        specs = _tasks_flags()[1::2]
-        procs = [ctx.Process(target=_worker, name=f"trot-a3c-worker-{i}", daemon=True,
-                             args=(i, k, str(run_dir), shared, self.resumes, specs))
-                 for i in range(k)]
-        for p in procs:
-            p.start()
-        logger = RunLogger(run_dir, iteration=self.iteration, env_steps=self.env_steps)
-        stop, start = _StopFlag(), time.monotonic() - self.wall_s
-        since = (time.monotonic(), self.env_steps)  # the rate's reference: the go
-        try:
-            with stop.installed():
-                while shared.ready.value < k and not stop.requested:  # envs being built
-                    _check_alive(procs, run_dir)
-                    time.sleep(0.05)
-                start, since = time.monotonic() - self.wall_s, (time.monotonic(),
-                                                                self.env_steps)
-                if not stop.requested:
-                    shared.go.set()
-                while not (self.done() or stop.requested):
-                    _check_alive(procs, run_dir)
-                    try:
-                        report = shared.reports.get(timeout=0.2)
-                    except queue.Empty:
-                        continue
-                    self._log(report, logger, start, since, quiet)
-                    if self._dropped_in_a_row >= MAX_CONSECUTIVE_NAN * k:
-                        raise TrainingDiverged(
-                            f"the last {self._dropped_in_a_row} worker updates all had "
-                            "NaN/Inf gradients (the shared parameters have diverged); "
-                            "stopped with the last good checkpoint kept")
-                    if self.iteration % self.cfg.checkpoint_every == 0:
-                        logger.flush()
-                        self.save(run_dir, shared.lock)
-        finally:  # a normal end, a signal, or a dead worker: stop the rest, keep their updates
-            self._stop(procs, shared, logger, start, since)
-            if self._dropped_in_a_row < MAX_CONSECUTIVE_NAN * k:  # diverged: keep the last
-                self.save(run_dir, shared.lock)
-        _check_alive(procs, run_dir)  # one that died (or hung) after the loop's last look
-        if stop.requested:
-            print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
-                  f"  trot train --resume {run_dir}", flush=True)
-        return run_dir
-
-    def _stop(self, procs: list, shared: Shared, logger: RunLogger, start: float,
-              since: tuple[float, int]) -> None:
-        """Stop every worker, logging the updates they still report; a worker still busy
-        after dist_timeout (stuck in its update) is terminated."""
-        shared.stop.set()
-        deadline = time.monotonic() + self.cfg.dist_timeout
-        while any(p.is_alive() for p in procs) or not shared.reports.empty():
-            try:
-                self._log(shared.reports.get(timeout=0.2), logger, start, since, True)
-            except queue.Empty:
-                pass
-            if time.monotonic() > deadline:
-                for p in procs:
-                    p.terminate()
-                    p.join(5.0)
-                break
-        logger.close()
-
-    def _log(self, report: tuple, logger: RunLogger, start: float,
-             since: tuple[float, int], quiet: bool) -> None:
-        """One worker's update: counted, logged, and printed every log_every. The rate is
-        the mean since this process started (one update's is one worker's burst)."""
-        k, steps, m = report
-        now = time.monotonic()
-        self.iteration += 1
-        self.env_steps, self.wall_s = max(self.env_steps, steps), now - start
-        dropped = int(m.pop("nan_updates"))
-        self.nan_updates += dropped
-        self._dropped_in_a_row = (self._dropped_in_a_row + 1) if dropped else 0
-        m |= {"iteration": self.iteration, "env_steps": self.env_steps, "worker": k,
-              "wall_s": self.wall_s, "nan_updates": self.nan_updates,
-              "steps_per_s": (self.env_steps - since[1]) / max(now - since[0], 1e-9)}
-        logger.log(m)
-        faults.point("logged")
-        if not quiet and self.iteration % self.cfg.log_every == 0:
-            print(progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes) +
-                  f" | worker {k}", flush=True)
+    def load_state_dict(self, state: dict) -> None:
+        """The shared parameters and RMSProp's statistics (in shared memory again), the
+        NaN count; the envs start afresh (`resumes` moves their seeds on)."""
+        require_keys(state, STATE_KEYS, "the a3c checkpoint's state")
+        params = list(self.ac.parameters())
+        self.ac.load_state_dict(state["model"])
+        opt = shared_rmsprop(params, self.cfg.agent_effective.learning_rate, self.rms)
+        opt.load_state_dict(state["optimizer"])  # new state tensors: adopt them
+        self.rms = [opt.state[p] for p in params]
+        self.nan_updates, self.resumes = state["nan_updates"], state["resumes"] + 1
+        self._share()
 
 
 def _check_alive(procs: list, run_dir: Path) -> None:
@@ -371,17 +372,6 @@ def _check_alive(procs: list, run_dir: Path) -> None:
                          f"with `trot train --resume {run_dir}`")
 
 
-def resume_a3c(run_dir: Path, max_env_steps: int | None = None,
-               minutes: float | None = None) -> A3C:
-    """The A3C run in run_dir from its checkpoint, its budgets raised as given."""
-    run = A3C(run_config(run_dir), read_checkpoint(run_dir))
-    run.cfg = raise_budget(run_dir, run.cfg, run.env_steps, run.wall_s, max_env_steps,
-                           minutes)
-    return run
-
-
 def _cloned(tree):
     """Every tensor of a checkpoint's tree copied (shared tensors move on under Hogwild)."""
-    from torch.utils._pytree import tree_map
-
     return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)

@@ -47,13 +47,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot import faults
+from trot.core import faults
 from trot.agents.collect import Collector
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, DistributedError, rank_seed
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import make_env
 
 RESEED = 7_919  # an actor's env seed moves by RESEED per published version it starts from
@@ -143,14 +143,16 @@ class Published:
 class Inbox(Collector):
     """The learner's collector: the actors' rollouts, in arrival order, one per iteration.
     A thread receives them and replies with the published actor (after the update that
-    learns from it, under actor_sync)."""
+    learns from it, under actor_sync). What crosses the wire is two hooks, which SEED RL's
+    central inference replaces (agents/central.py): `start_actors` (the first message to
+    each actor, then the thread) and `serve` (the thread's body)."""
 
     lagged = True
 
     def __init__(self, cfg: TrainConfig, env, algo: PPO, ac: ActorCritic, storage: Rollout,
                  noise_seed: int, world: Comm):
         super().__init__(cfg, env, algo, ac, storage, noise_seed)
-        self.lagged, self.k = not cfg.actor_sync, world.world_size - 1
+        self.lagged, self.k = not cfg.mode.actor_sync, world.world_size - 1
         env.reset()
         env.step(torch.zeros(env.num_envs, env.action_dim, device=env.device))
         env.stats.take()  # that step fixed the reward terms' order; the sums are the actors'
@@ -165,14 +167,14 @@ class Inbox(Collector):
         self.done: queue.Queue = queue.Queue()  # actor_sync: the learner's "updated"
         self.stopping, self.error = threading.Event(), None
         self.told: set[int] = set()  # the actor ranks told to stop
-        self.thread = threading.Thread(target=self._serve, name="trot-inbox", daemon=True)
+        self.thread = threading.Thread(target=self.serve, name="trot-inbox", daemon=True)
         self.group = traffic(cfg.dist_timeout)
 
-    def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
-        super().load_state_dict(mine, checkpoint)
-        self.version = checkpoint["iteration"]
+    def load_state_dict(self, mine: dict, shared: dict, iteration: int) -> None:
+        super().load_state_dict(mine, shared, iteration)
+        self.version = iteration
 
-    def _start(self) -> None:
+    def start_actors(self) -> None:
         """Every actor starts from the learner's parameters (after a resume's load)."""
         buf = self.published.write(self.version)
         for rank in range(1, self.k + 1):
@@ -190,7 +192,7 @@ class Inbox(Collector):
         actor died) while waiting: the actors, which ignore signals, have `grace_s` to send
         one more; if none comes, an actor is gone, and DistributedError ends the run."""
         if self.thread.ident is None:
-            self._start()
+            self.start_actors()
             self.arrived = time.monotonic()
         signalled = None
         while True:
@@ -237,7 +239,7 @@ class Inbox(Collector):
         actor that does not come for its stop within `grace_s` (dead, with others alive)
         is named in a DistributedError; the thread, blocked receiving from it, is left."""
         if self.thread.ident is None:  # never started: the actors wait for a first reply
-            self._start()
+            self.start_actors()
         self.stopping.set()
         self.done.put(STOP)
         deadline = time.monotonic() + self.grace_s()
@@ -255,7 +257,7 @@ class Inbox(Collector):
         if self.error is not None:  # e.g. an actor died during the last exchange
             raise DistributedError(f"the learner's inbox failed: {self.error}")
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
         try:
             while len(self.told) < self.k:
                 buf = torch.empty(self.wire.size)

@@ -32,7 +32,7 @@ from trot.agents.actors import (RESEED, STOP, Inbox, ignore_signals, report, sum
 from trot.agents.distributed import ENV_STREAM, NOISE_STREAM, Comm, rank_seed
 from trot.agents.networks import reset_state
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import make_env
 
 
@@ -68,7 +68,7 @@ class _Acting:
 
     def __init__(self, storage: Rollout, state: Tensor, sums: int):
         self.ro, self.t = storage, 0
-        self.gen = torch.Generator(device=state.device)  # seeded by CentralInbox._start
+        self.gen = torch.Generator(device=state.device)  # seeded in start_actors
         self.state, self.version = state, 0
         self.sums, self.task = torch.zeros(sums, device=state.device), None
 
@@ -89,7 +89,7 @@ class CentralInbox(Inbox):
             ac.actor.initial_state(env.num_envs, env.device), self.n_sums)
             for rank in range(1, self.k + 1)}
 
-    def _start(self) -> None:
+    def start_actors(self) -> None:
         """Each actor learns the version its envs start from (after a resume's load, the
         run's iteration: their streams and the noise kept here move on with it)."""
         self.published.write(self.version)  # what acts first
@@ -99,7 +99,7 @@ class CentralInbox(Inbox):
             dist.send(torch.tensor([float(self.version)]), dst=rank, group=self.group)
         self.thread.start()  # then the actors speak first
 
-    def _serve(self) -> None:
+    def serve(self) -> None:
         try:
             while len(self.told) < self.k:
                 buf = torch.empty(self.step_wire.size)

@@ -1,4 +1,10 @@
-"""Safe checkpoints, written atomically through the run directory's module (trot/runs.py).
+"""Checkpoints: one format for every way of training, safe to load, written atomically
+(trot/core/files.py).
+
+A checkpoint is a `Checkpoint`: the format number, which learner wrote it (its `kind`), the
+run's config, the counters (iteration, env steps, training seconds) and the learner's own
+`state_dict()`. Every mode resumes through it (agents/loop.py); eval, export, play and
+sim2sim read the policy from `state["model"]`. A file of another format is refused, named.
 
 Checkpoints hold only tensors and plain containers (dicts, lists, tuples, numbers, strings,
 None) and load with `torch.load(weights_only=True)`: loading one runs no code from the file,
@@ -7,16 +13,28 @@ so a checkpoint from elsewhere is as safe to load as an ONNX file. Nothing is al
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trot import faults
-from trot.runs import CheckpointError, atomic_write
+import trot
+from trot.core import faults
+from trot.core.files import atomic_write
 
-__all__ = ["CheckpointError", "load_checkpoint", "require_keys", "save_checkpoint"]
+__all__ = ["FORMAT", "Checkpoint", "CheckpointError", "Counters", "load_checkpoint",
+           "require_keys", "save_checkpoint"]
+
+FORMAT = 2
+"""The checkpoint format this trot writes and reads. 1 was trot 0.1's: a flat dict per
+learner (its `model` beside the counters), without `format` or `learner`."""
+
+
+class CheckpointError(RuntimeError):
+    """A run directory or its checkpoint that cannot be read back."""
 
 
 def _check_plain(x: Any, where: str) -> None:
@@ -36,14 +54,51 @@ def _check_plain(x: Any, where: str) -> None:
                               "numbers, strings, None and dicts/lists/tuples of them")
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Counters:
+    """Where a run stands: iterations, env steps, and training seconds (the wall-clock the
+    loop counts, evaluations excluded, summed across resumes)."""
+
+    iteration: int = 0
+    env_steps: int = 0
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    learner: str
+    """the kind of learner whose `state` this is (agents/learners.py's LEARNERS)"""
+    config: dict[str, Any]
+    """the run's TrainConfig as JSON (agents/train_config.py's to_json)"""
+    counters: Counters
+    state: dict[str, Any]
+    """the learner's state_dict(): everything its resume needs"""
+    trot_version: str = trot.__version__
+
+    @property
+    def model(self) -> dict[str, Any]:
+        """The policy's actor-critic state (what eval, export, play and sim2sim load)."""
+        if "model" not in self.state:
+            raise CheckpointError(f"a checkpoint of the {self.learner!r} learner holds no "
+                                  "single policy (each part is a run directory of its own)")
+        return self.state["model"]
+
+    def payload(self) -> dict[str, Any]:
+        return {"format": FORMAT, "learner": self.learner, "config": self.config,
+                "counters": dataclasses.asdict(self.counters), "state": self.state,
+                "trot_version": self.trot_version}
+
+
+def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    payload = checkpoint.payload()
     _check_plain(payload, "checkpoint")
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
     faults.point("checkpoint-saved")
 
 
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The checkpoint at path, loaded without running any code it may contain."""
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """The checkpoint at path, loaded without running any code it may contain; a file of
+    another format is refused, naming it."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
@@ -61,23 +116,33 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
             f"Refused: {_refused(e)}") from e
     except Exception as e:  # truncated, garbage, wrong format
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {e}") from e
-    if not isinstance(payload, dict) or not ("model" in payload or "seeds" in payload):
-        raise CheckpointError(f"{path} is not a trot checkpoint (no model state, and no "
+    return _from_payload(payload, path)
+
+
+def _from_payload(payload: Any, path: Path) -> Checkpoint:
+    if not isinstance(payload, dict) or not ({"format", "model", "seeds"} & set(payload)):
+        raise CheckpointError(f"{path} is not a trot checkpoint (no format, model state or "
                               "seeds' states)")
-    return payload
+    fmt = payload.get("format", 1)
+    if fmt != FORMAT:
+        raise CheckpointError(
+            f"{path} is in checkpoint format {fmt}" + (" (trot 0.1's, before one format "
+            "served every learner)" if fmt == 1 else "") + f"; this trot reads format "
+            f"{FORMAT} only. Finish the run with the trot that wrote it, or retrain it")
+    require_keys(payload, ("learner", "config", "counters", "state"), f"checkpoint {path}")
+    return Checkpoint(payload["learner"], payload["config"], Counters(**payload["counters"]),
+                      payload["state"], payload.get("trot_version", "?"))
 
 
 def require_keys(state: dict, keys: tuple[str, ...], where: str) -> None:
-    """Refuse a checkpoint that lacks what trot 0.1 writes: a development trot's older
-    format, which no release wrote, would otherwise load with defaults and quietly continue
-    a different run."""
+    """Refuse a state that lacks what this trot writes (a learner's state of another
+    version would otherwise load with defaults and quietly continue a different run)."""
     missing = [k for k in keys if k not in state]
     if missing:
         raise CheckpointError(
-            f"{where} lacks {', '.join(map(repr, missing))}: it was written by a trot before "
-            f"0.1's checkpoint format, which this trot does not read (it holds "
-            f"{sorted(state)}; 0.1 writes {sorted(keys)}). Retrain the run, or finish it with "
-            "the trot that wrote it")
+            f"{where} lacks {', '.join(map(repr, missing))}: it was written by another "
+            f"version of trot's learner (it holds {sorted(state)}; this trot writes "
+            f"{sorted(keys)}). Finish the run with the trot that wrote it, or retrain it")
 
 
 def _first_line(e: Exception) -> str:

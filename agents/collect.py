@@ -21,13 +21,13 @@ from collections.abc import Callable
 
 import torch
 
-from trot import faults
+from trot.core import faults
 from trot.agents.distributed import Preemption
 from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.overlap import Prefetch
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig
+from trot.agents.train_config import Sync, TrainConfig
 from trot.sim.base import available_cpus
 from trot.tasks.env import Env
 
@@ -121,9 +121,9 @@ class Collector:
         """What every rank holds alike, saved once at the checkpoint's top level."""
         return {}
 
-    def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
-        """mine: this rank's entry of the checkpoint's ranks (`keys` checked by the trainer),
-        checkpoint: the whole of it (`shared_keys`)."""
+    def load_state_dict(self, mine: dict, shared: dict, iteration: int) -> None:
+        """mine: this rank's entry of the learner state's ranks (`keys` checked by the
+        trainer), shared: the whole of it (`shared_keys`); iteration: the run's."""
         self.noise_gen.set_state(mine["noise_gen"])
         self.policy_state = mine["policy_state"].to(self.env.device)
 
@@ -139,7 +139,7 @@ class LaggedCollector(Collector):
         super().__init__(*args)
         self.behaviour_actor = copy.deepcopy(self.ac.actor).requires_grad_(False)
         self.actor_snapshots: deque[dict[str, torch.Tensor]] = deque(
-            [_clone_state(self.ac.actor)], maxlen=self.cfg.actor_lag + 1)
+            [_clone_state(self.ac.actor)], maxlen=self.cfg.mode.actor_lag + 1)
 
     def collect(self) -> Rollout:
         set_threads(self.cfg.torch_threads)
@@ -157,10 +157,10 @@ class LaggedCollector(Collector):
     def shared_state(self) -> dict:
         return {"actor_snapshots": list(self.actor_snapshots)}
 
-    def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
-        super().load_state_dict(mine, checkpoint)
+    def load_state_dict(self, mine: dict, shared: dict, iteration: int) -> None:
+        super().load_state_dict(mine, shared, iteration)
         self.actor_snapshots.clear()
-        self.actor_snapshots.extend(checkpoint["actor_snapshots"])
+        self.actor_snapshots.extend(shared["actor_snapshots"])
 
 
 class PrefetchCollector(LaggedCollector):
@@ -184,8 +184,8 @@ class PrefetchCollector(LaggedCollector):
     def state_dict(self) -> dict:
         return super().state_dict() | {"pending": self.prefetch.state_dict()}
 
-    def load_state_dict(self, mine: dict, checkpoint: dict) -> None:
-        super().load_state_dict(mine, checkpoint)
+    def load_state_dict(self, mine: dict, shared: dict, iteration: int) -> None:
+        super().load_state_dict(mine, shared, iteration)
         self.prefetch.load_state_dict(mine["pending"])
 
 
@@ -195,9 +195,11 @@ def make_collector(cfg: TrainConfig, env: Env, algo: PPO, ac: ActorCritic,
     """The run's strategy: prefetching (`async_collect`), lagged (`actor_lag` > 0) or plain
     (which alone takes DD-PPO's `preempt`: TrainConfig.validate refuses the others)."""
     args = (cfg, env, algo, ac, buffer(), noise_seed)
-    if cfg.async_collect:
+    mode = cfg.mode
+    if isinstance(mode, Sync) and mode.async_collect:
         return PrefetchCollector(*args, spare=buffer())
-    return LaggedCollector(*args) if cfg.actor_lag > 0 else Collector(*args, preempt)
+    lagged = isinstance(mode, Sync) and mode.actor_lag > 0
+    return LaggedCollector(*args) if lagged else Collector(*args, preempt)
 
 
 def _clone_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

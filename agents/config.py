@@ -162,3 +162,32 @@ def tuned(overrides: tuple[tuple[str, Any], ...] | None) -> PPOConfig:
         raise ValueError(f"agent overrides name unknown PPOConfig fields {unknown}; "
                          f"accepted: {', '.join(sorted(names))}")
     return PPOConfig(**given)
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """Teacher-student distillation (agents/distill.py): DAgger's schedule and the
+    student's regression."""
+
+    teacher_iterations: int = 20
+    """iterations over which the chance of executing the teacher's action falls from 1 to
+    0 (DAgger's beta); the student acts alone after them"""
+    rollout_steps: int = 24
+    """env steps per iteration"""
+    epochs: int = 5
+    """passes over each iteration's states"""
+    minibatches: int = 4
+    """minibatches per epoch"""
+    learning_rate: float = 1e-3
+    """Adam's learning rate"""
+    max_grad_norm: float = 1.0
+    """gradient norm clip"""
+
+    def validate(self, num_envs: int) -> None:
+        if min(self.teacher_iterations, self.rollout_steps, self.epochs,
+               self.minibatches) < 1 or self.learning_rate <= 0:
+            raise ValueError("teacher_iterations, rollout_steps, epochs and minibatches must "
+                             "be >= 1 and learning_rate > 0")
+        if num_envs % self.minibatches:
+            raise ValueError(f"num_envs {num_envs} must divide into {self.minibatches} "
+                             "minibatches (a recurrent student's minibatch is a set of envs)")

@@ -17,59 +17,35 @@ Distillation. Each iteration steps the student's envs T times:
 The student's loss is on the action the robot runs, clip(mean), so the exported policy is
 the one that was fitted. The student's observation normalizer follows its visited states.
 
-The run directory is a trot run: config.json is the student's TrainConfig, and the
-checkpoint holds an ActorCritic, with a critic that is never trained. So `trot eval`,
-`export`, `play` and `sim2sim` read it as they read any run. distill.json records the
-teacher and the distillation settings.
+The distiller is a learner of the one loop (agents/loop.py): budgets, signals, logs,
+checkpoints and resume are the loop's, as for every way of training. The run directory is a
+trot run: config.json is the student's TrainConfig, whose mode (`Distill`) records the
+teacher and the distillation settings, and the checkpoint holds an ActorCritic, with a
+critic that is never trained. So `trot eval`, `export`, `play` and `sim2sim` read it as
+they read any run.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from trot.agents.checkpoint import save_checkpoint
-from trot.agents.logger import RunLogger, progress_line
+from trot.agents.checkpoint import Checkpoint, Counters, require_keys
+from trot.agents.distributed import ONE_PROCESS
+from trot.agents.logger import RunLogger
+from trot.agents.loop import one_logger, one_progress
 from trot.agents.networks import Acting, ActorCritic, fold, reset_state
-from trot.config import TrainConfig
-from trot.runs import (CHECKPOINT, LoadedRun, atomic_write, load_run, new_run_dir,
-                       raise_budget, read_checkpoint, run_config, write_config)
+from trot.agents.runs import LoadedRun, load_run
+from trot.agents.train_config import TrainConfig
 from trot.tasks.env import Env, stack_history
 from trot.tasks.registry import make_env
 
-RECORD = "distill.json"  # the teacher and the settings, beside config.json
-
-
-@dataclass(frozen=True)
-class DistillSettings:
-    teacher_iterations: int = 20
-    """iterations over which the chance of executing the teacher's action falls from 1 to
-    0 (DAgger's beta); the student acts alone after them"""
-    rollout_steps: int = 24
-    """env steps per iteration"""
-    epochs: int = 5
-    """passes over each iteration's states"""
-    minibatches: int = 4
-    """minibatches per epoch"""
-    learning_rate: float = 1e-3
-    """Adam's learning rate"""
-    max_grad_norm: float = 1.0
-    """gradient norm clip"""
-
-    def validate(self, num_envs: int) -> None:
-        if min(self.teacher_iterations, self.rollout_steps, self.epochs,
-               self.minibatches) < 1 or self.learning_rate <= 0:
-            raise ValueError("teacher_iterations, rollout_steps, epochs and minibatches must "
-                             "be >= 1 and learning_rate > 0")
-        if num_envs % self.minibatches:
-            raise ValueError(f"num_envs {num_envs} must divide into {self.minibatches} "
-                             "minibatches (a recurrent student's minibatch is a set of envs)")
+STATE_KEYS = ("model", "optimizer", "env", "gen", "torch_rng", "student_state", "fresh",
+              "teacher_obs", "teacher_state")
 
 
 class Teacher:
@@ -114,25 +90,27 @@ def check_compatible(teacher: Env, student: Env) -> None:
 
 
 class Distiller:
-    """The student, its env and optimizer, the teacher; `iterate` is one DAgger round."""
+    """The student, its env and optimizer, the teacher (agents/loop.py's `Learner`);
+    `iterate` is one DAgger round."""
 
-    def __init__(self, cfg: TrainConfig, settings: DistillSettings, teacher_dir: Path):
+    kind: ClassVar[str] = "distill"
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None):
         cfg.validate()
-        settings.validate(cfg.num_envs)
         torch.manual_seed(cfg.seed)
-        self.cfg, self.s = cfg, settings
+        self.cfg, self.s, self.comm = cfg, cfg.mode.distill, ONE_PROCESS
         self.env = env = make_env(cfg.task, cfg.num_envs, cfg.sim, cfg.device, cfg.seed,
                                   cfg.env)
-        run = load_run(teacher_dir, num_envs=1, device=cfg.device, sim="cpu")
+        self.device = env.device
+        run = load_run(Path(cfg.mode.teacher), num_envs=1, device=cfg.device, sim="cpu")
         self.teacher = Teacher(run, env)
         self.teacher_task = run.cfg.task
         self.ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim,
                               cfg.agent_effective).to(env.device)
-        self.optimizer = torch.optim.Adam(self.ac.actor.parameters(), lr=settings.learning_rate)
+        self.optimizer = torch.optim.Adam(self.ac.actor.parameters(), lr=self.s.learning_rate)
         self.gen = torch.Generator(device=env.device).manual_seed(cfg.seed + 1)
         self.state = self.ac.actor.initial_state(env.num_envs, env.device)  # [N, S]
         self.iteration = self.env_steps = 0
-        self.wall_s = 0.0
         env.reset(stagger=cfg.stagger_start)
         self._fresh: Tensor | None = torch.ones(env.num_envs, dtype=torch.bool,
                                                 device=env.device)
@@ -195,86 +173,45 @@ class Distiller:
                 "distill_loss": vals[0]} | {f"task/{k}": v for k, v in
                                             zip(task_m, vals[1:])} | stats
 
+    # ------------------------------------------------------------------ the run
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        pass
+
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        return []
+
+    def policy(self) -> torch.nn.Module:
+        return self.ac.actor
+
+    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
+        return one_logger(self, run_dir, at)
+
+    def progress(self, m: dict[str, float]) -> str:
+        return one_progress(self, m) + f" | beta {m['beta']:.2f} | loss " \
+            f"{m['distill_loss']:.4f}"
+
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        pass
+
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        return [Path(run_dir)]
+
     def state_dict(self) -> dict:
         """Everything the next iteration reads: a resumed distillation continues bitwise
         on the cpu backend (tests/test_distill.py)."""
         t = self.teacher
         return {"model": self.ac.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "iteration": self.iteration, "env_steps": self.env_steps,
-                "wall_s": self.wall_s, "env": self.env.state_dict(),
-                "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
-                "student_state": self.state, "fresh": self._fresh,
-                "teacher_obs": t.obs, "teacher_state": t.acting.state}
+                "env": self.env.state_dict(), "gen": self.gen.get_state(),
+                "torch_rng": torch.get_rng_state(), "student_state": self.state,
+                "fresh": self._fresh, "teacher_obs": t.obs, "teacher_state": t.acting.state}
 
     def load_state_dict(self, state: dict) -> None:
+        require_keys(state, STATE_KEYS, "the distillation checkpoint's state")
         self.ac.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.iteration, self.env_steps = state["iteration"], state["env_steps"]
-        self.wall_s = state["wall_s"]
         self.env.load_state_dict(state["env"])
         self.gen.set_state(state["gen"])
         torch.set_rng_state(state["torch_rng"])
         self.state, self._fresh = state["student_state"], state["fresh"]
         self.teacher.obs, self.teacher.acting.state = state["teacher_obs"], \
             state["teacher_state"]
-
-    def save(self, run_dir: Path) -> None:
-        save_checkpoint(run_dir / CHECKPOINT, self.state_dict())
-
-
-def distill(cfg: TrainConfig, settings: DistillSettings, teacher_dir: Path,
-            quiet: bool = False) -> tuple[Distiller, Path]:
-    """Distill the teacher in teacher_dir into a new student run (cfg: the student's task,
-    envs, network, budget and run directory); returns the distiller and the run dir."""
-    d = Distiller(cfg, settings, Path(teacher_dir))
-    run_dir = new_run_dir(cfg)
-    write_config(run_dir, cfg)
-    atomic_write(run_dir / RECORD, lambda p: p.write_text(_record(d, teacher_dir)))
-    return _run(d, run_dir, RunLogger(run_dir, tensorboard=False), quiet), run_dir
-
-
-def resume_distill(run_dir: Path, max_env_steps: int | None = None,
-                   minutes: float | None = None, quiet: bool = False) -> Distiller:
-    """Continue the distillation in run_dir from its checkpoint to its budget (raised by
-    max_env_steps or minutes, as `trot train --resume` raises it), bitwise on the cpu
-    backend; its metrics.csv continues without repeats."""
-    run_dir = Path(run_dir)
-    if not (run_dir / RECORD).is_file():
-        raise ValueError(f"{run_dir} is not a `trot distill` run (no {RECORD})")
-    record = json.loads((run_dir / RECORD).read_text())
-    d = Distiller(run_config(run_dir), DistillSettings(**record["settings"]),
-                  Path(record["teacher"]))
-    d.load_state_dict(read_checkpoint(run_dir))
-    d.cfg = raise_budget(run_dir, d.cfg, d.env_steps, d.wall_s, max_env_steps, minutes)
-    logger = RunLogger(run_dir, tensorboard=False, iteration=d.iteration,
-                       env_steps=d.env_steps)
-    return _run(d, run_dir, logger, quiet)
-
-
-def _run(d: Distiller, run_dir: Path, logger: RunLogger, quiet: bool) -> Distiller:
-    """Iterate to the budget (env steps or minutes, the wall-clock summed across resumes),
-    logging each iteration and checkpointing every checkpoint_every and at the end."""
-    cfg, t0 = d.cfg, time.perf_counter() - d.wall_s
-    while d.env_steps < cfg.max_env_steps and not (
-            cfg.minutes and time.perf_counter() - t0 >= 60 * cfg.minutes):
-        m = d.iterate()
-        d.wall_s = time.perf_counter() - t0
-        m |= {"wall_s": d.wall_s, "steps_per_s": d.env_steps / max(d.wall_s, 1e-9)}
-        logger.log(m)
-        if not quiet and (d.iteration % cfg.log_every == 0):
-            print(progress_line(m, cfg.max_env_steps, 60 * cfg.minutes) + f" | beta "
-                  f"{m['beta']:.2f} | loss {m['distill_loss']:.4f}", flush=True)
-        if d.iteration % cfg.checkpoint_every == 0:
-            logger.flush()
-            d.save(run_dir)
-    logger.close()
-    d.save(run_dir)
-    return d
-
-
-def _record(d: Distiller, teacher_dir: Path) -> str:
-    return json.dumps({"teacher": str(Path(teacher_dir).resolve()),
-                       "teacher_task": d.teacher_task,
-                       "teacher_terms": [s.term.name for s in d.teacher.layout.slots],
-                       "teacher_history": d.teacher.k,
-                       "settings": dataclasses.asdict(d.s)}, indent=1) + "\n"

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from trot import faults
+from trot.core import faults
 from trot.agents.normalization import masked_moments, merge_moments
 
 

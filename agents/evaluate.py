@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from trot.agents.networks import Acting, Actor
-from trot.runs import load_run
+from trot.agents.runs import load_run
 from trot.tasks.base import TaskConfig
 from trot.tasks.env import Env
 from trot.tasks.registry import make_env
@@ -101,7 +101,7 @@ def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345, device: str =
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
     run = load_run(run_dir, episodes, seed, device, sim, course)
     out: dict[str, float | None] = dict(run_episodes(run.env, run.ac.actor, episodes))
-    out["env_steps"] = float(run.state["env_steps"])
+    out["env_steps"] = float(run.checkpoint.counters.env_steps)
     mr = run.env.task.max_return()
     out["max_return"] = mr if mr is None or math.isfinite(mr) else None
     return out

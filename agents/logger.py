@@ -8,7 +8,7 @@ import math
 import time
 from pathlib import Path
 
-from trot.runs import atomic_write
+from trot.core.files import atomic_write
 
 CORE_COLUMNS = ("iteration", "env_steps", "wall_s", "steps_per_s", "episode_return",
                 "episode_length", "episodes", "unstable_envs", "nan_updates")

@@ -1,7 +1,11 @@
-"""The training loop around `iterate()`: budgets, signals, logs, progress lines, periodic
-evaluation and checkpoints, in time order. Shared by the one-seed `Trainer` (agents/
-trainer.py) and K stacked seeds (`Seeds`, agents/seeds.py), which differ in what one
-iteration is and in where its rows are logged.
+"""The one training loop. Every way of training is a `Learner`, and this loop alone owns
+what a run is around its iterations: the budgets, SIGINT/SIGTERM, the logs and progress
+lines, the periodic evaluation, the checkpoint cadence and format, and the views written
+beside the checkpoint, and the export at the end. agents/learners.py starts and resumes a
+run: it builds the learner of the config's mode, which is then handed here.
+
+A learner knows none of that: it iterates (one collect and update, one host sync), says
+where it stands (`iteration`, `env_steps`), and saves and loads its state.
 """
 
 from __future__ import annotations
@@ -9,107 +13,210 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import ClassVar, Protocol
 
 import torch
 
-from trot import faults
+from trot.agents.checkpoint import Checkpoint, Counters, save_checkpoint
 from trot.agents.distributed import Comm
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.periodic_eval import PeriodicEval
-from trot.config import TrainConfig
-from trot.runs import remove_stale_temps
+from trot.agents.train_config import Distill, TrainConfig, to_json
+from trot.core import faults
+from trot.core.files import remove_stale_temps
+
+CHECKPOINT = "checkpoint.pt"
 
 
-class TrainingLoop:
-    """What a learner provides: `cfg`, `comm`, `device`, `collector` (its `interrupted`
-    flag is set here; `close()` ends the run), the counters `iteration`, `env_steps` and
-    `wall_s`, `iterate()` -> the iteration's metrics, and `save(run_dir)`. `open_logger`,
-    `progress` and `periodic_eval` have the one-seed defaults."""
+class Learner(Protocol):
+    """What the loop drives. `kind` names the learner in its checkpoints; `cfg` is the
+    run's config (its budgets are read each iteration); `comm` the learner's process group
+    (ranks agree on stopping; rank 0 alone writes)."""
 
+    kind: ClassVar[str]
     cfg: TrainConfig
     comm: Comm
-    collector: Any
+    device: torch.device
     iteration: int
     env_steps: int
-    wall_s: float
 
-    @property
-    def device(self) -> torch.device:
-        raise NotImplementedError
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        """Before the clock starts: workers or actors are started here. `interrupted`
+        tells whether a stop was asked for (a learner that waits on others polls it)."""
 
     def iterate(self) -> dict[str, float]:
-        raise NotImplementedError
+        """One iteration: collect and update, one host sync; its metrics as plain floats
+        (the learner's counters moved on)."""
 
-    def save(self, run_dir: Path) -> None:
-        raise NotImplementedError
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        """The run ends (`failed`: by an error): stop what `start` started. Returns the
+        rows still to log (the updates a3c's workers finished meanwhile)."""
 
-    def open_logger(self, run_dir: Path) -> RunLogger:
-        return RunLogger(run_dir, iteration=self.iteration, env_steps=self.env_steps)
+    def state_dict(self) -> dict | None:
+        """Everything resume needs, beside the counters (None on ranks other than 0; every
+        rank calls it)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()`'s, after the counters were set."""
+
+    def policy(self) -> torch.nn.Module | None:
+        """The actor that periodic evaluation plays (None: this learner has none)."""
+
+    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
+        """The run's logs, continuing from `at` (one_logger: metrics.csv and TensorBoard)."""
 
     def progress(self, m: dict[str, float]) -> str:
-        return progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes)
+        """The progress line of an iteration's metrics (one_progress: the usual one)."""
 
-    def periodic_eval(self, run_dir: Path) -> PeriodicEval | None:
-        """eval.csv every cfg.eval_every iterations, off the training clock (rank 0)."""
-        return PeriodicEval(run_dir, self.cfg, self.iteration) if self.cfg.eval_every \
-            else None
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        """After each checkpoint: the run directories cut from this run (each seed's, each
+        task's), if any."""
 
-    def done(self) -> bool:
-        return self.cfg.spent(self.env_steps, self.wall_s)
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        """The one-policy run directories this run leaves (exported at the end)."""
 
-    def train(self, run_dir: Path, quiet: bool = False) -> Path:
-        main = self.comm.is_main
-        quiet = quiet or not main  # rank 0 alone prints, logs and writes files
-        if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
-            remove_stale_temps(run_dir)
-        logger = self.open_logger(run_dir) if main else None
-        evaluate = self.periodic_eval(run_dir) if main else None
-        stop = _StopFlag()
-        start = time.monotonic() - self.wall_s
-        last = (time.monotonic(), self.env_steps)
-        self.collector.interrupted = lambda: bool(stop.requested)
-        try:
-            with stop.installed():
-                # ranks agree on stopping (clocks and signals differ between processes)
-                while not self.comm.any(self.done() or bool(stop.requested), self.device):
-                    m = self.iterate()
-                    self.wall_s = time.monotonic() - start
-                    now = time.monotonic()
-                    m["wall_s"] = self.wall_s
-                    m["steps_per_s"] = (self.env_steps - last[1]) / max(now - last[0], 1e-9)
-                    last = (now, self.env_steps)
-                    if logger is not None:
-                        logger.log(m)
-                        faults.point("logged")
+
+class Interrupted(RuntimeError):
+    """A part of the learner failed (an a3c worker died) and the learner stopped the rest
+    cleanly: the loop writes the checkpoint, then raises this."""
+
+
+def one_logger(learner: Learner, run_dir: Path, at: Counters) -> RunLogger:
+    return RunLogger(run_dir, iteration=at.iteration, env_steps=at.env_steps)
+
+
+def one_progress(learner: Learner, m: dict[str, float]) -> str:
+    return progress_line(m, learner.cfg.max_env_steps, 60 * learner.cfg.minutes)
+
+
+def checkpoint(learner: Learner, wall_s: float) -> Checkpoint | None:
+    """The learner's checkpoint as it stands (a collective: every rank calls it)."""
+    state = learner.state_dict()
+    if state is None:
+        return None
+    return Checkpoint(learner.kind, to_json(learner.cfg),
+                      Counters(learner.iteration, learner.env_steps, wall_s), state)
+
+
+def save(learner: Learner, run_dir: Path, wall_s: float) -> None:
+    ckpt = checkpoint(learner, wall_s)
+    if ckpt is not None:
+        save_checkpoint(run_dir / CHECKPOINT, ckpt)
+        learner.write_views(run_dir, ckpt)
+
+
+def train(learner: Learner, run_dir: Path, wall_s: float = 0.0, quiet: bool = False,
+          export: Callable[[Path], None] | None = None) -> float:
+    """Iterate to the budget or a stop signal, logging, evaluating and checkpointing on the
+    way and at the end; then, unless the config says not to, `export` each run directory
+    the run leaves (rank 0). Returns the training seconds in all (`wall_s`: before this
+    call)."""
+    run_dir = Path(run_dir)
+    main = learner.comm.is_main
+    quiet = quiet or not main  # rank 0 alone prints, logs and writes files
+    if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
+        remove_stale_temps(run_dir)
+    at = Counters(learner.iteration, learner.env_steps, wall_s)
+    logger = learner.open_logger(run_dir, at) if main else None
+    cfg = learner.cfg
+    evaluate = PeriodicEval(run_dir, cfg, learner.iteration) if main and cfg.eval_every \
+        else None
+    stop, clock = StopFlag(), _Clock(wall_s, learner.env_steps)
+    closed = False  # whether the learner was told the run ends
+    try:
+        with stop.installed():
+            learner.start(lambda: bool(stop.requested))
+            clock.restart(learner.env_steps)
+            try:
+                while not learner.comm.any(learner.cfg.spent(learner.env_steps, clock.wall_s)
+                                           or bool(stop.requested), learner.device):
+                    m = learner.iterate()
+                    _log(learner, clock.tick(m, learner.env_steps), logger, quiet)
                     if evaluate is not None:  # the clocks skip the time it took
-                        paused = evaluate(self.ac.actor, self.iteration, self.env_steps,
-                                          self.wall_s)
-                        start, last = start + paused, (last[0] + paused, last[1])
-                    if not quiet and self.iteration % self.cfg.log_every == 0:
-                        print(self.progress(m), flush=True)
-                    if self.iteration % self.cfg.checkpoint_every == 0:
+                        clock.pause(evaluate(learner.policy(), learner.iteration,
+                                             learner.env_steps, clock.wall_s))
+                    if learner.iteration % learner.cfg.checkpoint_every == 0:
                         if logger is not None:  # the logs reach disk before the checkpoint
                             logger.flush()
-                        self.save(run_dir)
-                try:  # the decoupled actors' inbox: an actor that never came for its
-                    self.collector.close()  # stop raises, after the learner's last save
-                finally:  # still under the handlers: a Ctrl-C now is noted, not a lost save
-                    if logger is not None:
-                        logger, closing = None, logger
-                        closing.close()
-                    self.save(run_dir)
-        finally:
-            if logger is not None:  # an error above: keep what was logged
-                logger.close()
-        if stop.requested and main:
-            print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
-                  f"  trot train --resume {run_dir}", flush=True)
-        return run_dir
+                        save(learner, run_dir, clock.wall_s)
+            except Interrupted:  # the learner stopped its parts: keep their work, then say
+                closed = True
+                logger = _finish(learner, run_dir, clock, logger)
+                raise
+            # still under the handlers: a Ctrl-C now is noted, not a lost save
+            closed = True
+            logger = _finish(learner, run_dir, clock, logger)
+    finally:
+        if not closed:  # an error: the learner releases what it started
+            learner.close(failed=True)
+        if logger is not None:  # keep what was logged
+            logger.close()
+    if stop.requested and main:
+        print(f"stopped by {stop.requested}; checkpoint written. Resume with:\n"
+              f"  {resume_command(learner.cfg, run_dir)}", flush=True)
+    if export is not None and learner.cfg.export and main:
+        for d in learner.run_dirs(run_dir):
+            export(d)
+    return clock.wall_s
 
 
-class _StopFlag:
+def _finish(learner: Learner, run_dir: Path, clock: _Clock,
+            logger: RunLogger | None) -> None:
+    """The end of a run: the learner stops what it started, its last rows are logged, the
+    logs closed, the last checkpoint written. Returns None: the logger is closed."""
+    rows = learner.close(failed=False)
+    if logger is not None:
+        for m in rows:
+            logger.log(m | {"wall_s": clock.now()})
+        logger.close()
+    save(learner, run_dir, clock.wall_s)
+
+
+def _log(learner: Learner, m: dict[str, float], logger: RunLogger | None,
+         quiet: bool) -> None:
+    if logger is not None:
+        logger.log(m)
+        faults.point("logged")
+    if not quiet and learner.iteration % learner.cfg.log_every == 0:
+        print(learner.progress(m), flush=True)
+
+
+def resume_command(cfg: TrainConfig, run_dir: Path) -> str:
+    return f"trot {'distill' if isinstance(cfg.mode, Distill) else 'train'} --resume {run_dir}"
+
+
+class _Clock:
+    """The training clock (seconds, evaluations excluded) and the rate since the last
+    iteration; `steps_per_s` a learner reports itself is kept (a3c's mean rate)."""
+
+    def __init__(self, wall_s: float, env_steps: int):
+        self.wall_s = wall_s
+        self.restart(env_steps)
+
+    def restart(self, env_steps: int) -> None:
+        now = time.monotonic()
+        self.start, self.last = now - self.wall_s, (now, env_steps)
+
+    def now(self) -> float:
+        return time.monotonic() - self.start
+
+    def tick(self, m: dict[str, float], env_steps: int) -> dict[str, float]:
+        now = time.monotonic()
+        self.wall_s = now - self.start
+        m["wall_s"] = self.wall_s
+        m.setdefault("steps_per_s", (env_steps - self.last[1]) / max(now - self.last[0],
+                                                                     1e-9))
+        self.last = (now, env_steps)
+        return m
+
+    def pause(self, seconds: float) -> None:
+        self.start += seconds
+        self.last = (self.last[0] + seconds, self.last[1])
+
+
+class StopFlag:
     """SIGINT/SIGTERM finish the current iteration, then checkpoint. A second SIGINT aborts."""
 
     def __init__(self) -> None:

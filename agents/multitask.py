@@ -23,20 +23,20 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-import trot
-from trot.agents.checkpoint import save_checkpoint
+from trot.agents.checkpoint import Checkpoint, Counters, save_checkpoint
 from trot.agents.networks import ActorCritic
-from trot.config import TrainConfig, to_json
-from trot.runs import CHECKPOINT, task_dir, write_config
+from trot.agents.runs import CHECKPOINT, task_dir, write_config
+from trot.agents.train_config import Sync, TrainConfig, to_json
 
-VIEW_KEY = "task_view_of"
-"""a task view's checkpoint key: the multi-task run it was cut from (resume refuses it)"""
+VIEW = "task-view"
+"""a task view's learner kind: a policy cut from a run of several tasks, which resume
+refuses (its state's "view_of" names the run that trains on)"""
 
 
 def task_config(cfg: TrainConfig, run_dir: Path, k: int) -> TrainConfig:
     """Task k of the multi-task run `cfg` as a one-task run in its own directory."""
     name, config = cfg.tasks[k]
-    return dataclasses.replace(cfg, task=name, env=config, with_tasks=(), with_envs=(),
+    return dataclasses.replace(cfg, task=name, env=config, mode=Sync(),
                                run_dir=str(task_dir(run_dir, name)))
 
 
@@ -85,17 +85,16 @@ def task_view(ac: ActorCritic, k: int, obs_dim: int, critic_obs_dim: int,
     return view.to(device)
 
 
-def write_task_views(run_dir: Path, trainer) -> None:
+def write_task_views(run_dir: Path, trainer, checkpoint: Checkpoint) -> None:
     """Each task's one-task run directory (config.json and checkpoint), from the trainer's
     multi-task actor-critic as it now stands; its env steps are the task's own share."""
-    cfg, env = trainer.cfg, trainer.env
+    cfg, env, at = trainer.cfg, trainer.env, checkpoint.counters
     for k, (name, sub) in enumerate(zip(env.names, env.envs)):
         one = task_config(cfg, run_dir, k)
         ac = task_view(trainer.ac, k, sub.obs_dim, sub.critic_obs_dim, sub.action_dim,
                        cfg.agent_effective)
         write_config(task_dir(run_dir, name), one)
-        save_checkpoint(task_dir(run_dir, name) / CHECKPOINT, {
-            "model": ac.state_dict(), "iteration": trainer.iteration,
-            "env_steps": trainer.env_steps * sub.num_envs // env.num_envs,
-            "config": to_json(one), "trot_version": trot.__version__,
-            VIEW_KEY: str(run_dir)})
+        counters = Counters(at.iteration, at.env_steps * sub.num_envs // env.num_envs,
+                            at.wall_s)
+        save_checkpoint(task_dir(run_dir, name) / CHECKPOINT, Checkpoint(
+            VIEW, to_json(one), counters, {"model": ac.state_dict(), "view_of": str(run_dir)}))

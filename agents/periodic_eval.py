@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from trot import faults
+from trot.core import faults
 from trot.agents.evaluate import EVAL_SEED, evaluate_policy
 from trot.agents.logger import CsvRows
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task
 
 EVAL_CSV = "eval.csv"

@@ -21,7 +21,7 @@ from trot.agents.advantages import compute_gae
 from trot.agents.config import PPOConfig
 from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
-from trot.agents.storage import Batch, Rollout, Sequences
+from trot.agents.storage import Batch, Rollout, Sequences, reuse
 from trot.agents.vtrace import vtrace
 from trot.tasks.mirror import Mirrors
 
@@ -106,10 +106,12 @@ class PPO:
 
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
                  comm: Comm = ONE_PROCESS, mirrors: Mirrors | None = None,
-                 capture: Callable[[Callable], Callable] = lambda fn: fn):
+                 capture: Callable[[Callable], Callable] = lambda fn: fn,
+                 optimizer: torch.optim.Optimizer | None = None):
         """mirrors: the task's left-right mirror maps, for cfg.symmetry='augment'.
         capture: how the act step and the minibatch's forward and loss run (agents/
-        capture.py's `compiler`; default eager)."""
+        capture.py's `compiler`; default eager). optimizer: what steps the parameters
+        (a3c's shared RMSProp); default Adam at the KL-adaptive rate."""
         if cfg.symmetry == "augment" and mirrors is None:
             raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
@@ -123,7 +125,8 @@ class PPO:
                                dtype=next(ac.parameters()).dtype)
         # fused: one kernel for all parameters (4x faster steps on CPU for small nets); it
         # also accepts the tensor learning rate
-        self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr, fused=True)
+        self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr, fused=True) \
+            if optimizer is None else optimizer
         lo, hi = LR_BOUNDS
         self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
         self.bf16 = cfg.update_dtype == "bfloat16" or (cfg.update_dtype == "auto"
@@ -270,6 +273,20 @@ class PPO:
                                         _sequence_means(ac.actor, batch, seq))
         if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
             batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
+        if seq is None:  # rows shuffled: the epochs every seed of a stack runs too
+            self._shuffled = reuse(self._shuffled, (1, *batch.table.shape), batch.table)
+            like = batch.fields()
+            out = epochs(cfg, [batch.table], [gen], self._shuffled, lambda mb, adapt:
+                         self._minibatch(Batch._from_table(mb[0], like), None, old_log_std,
+                                         adapt))
+        else:
+            out = self._recurrent_epochs(batch, gen, old_log_std)
+        return out if self.rho_clipped is None else out | {"rho_clipped": self.rho_clipped}
+
+    def _recurrent_epochs(self, batch: Batch, gen: torch.Generator, old_log_std: Tensor
+                          ) -> dict[str, Tensor]:
+        """A recurrent actor's epochs: each minibatch whole rollouts of a subset of envs."""
+        cfg = self.cfg
         sums = None
         first = True  # the update's first minibatch: no step yet, nothing to adapt on
         for _ in range(cfg.epochs):
@@ -280,21 +297,13 @@ class PPO:
                 sums = torch.zeros_like(row) if sums is None else sums
                 sums += row
         sums /= cfg.epochs * cfg.minibatches
-        out = dict(zip(stats, sums.unbind()))
-        return out if self.rho_clipped is None else out | {"rho_clipped": self.rho_clipped}
+        return dict(zip(stats, sums.unbind()))
 
     def _minibatches(self, batch: Batch, gen: torch.Generator):
-        """One epoch's minibatches (Batch, Sequences or None). One gather per epoch; the
-        minibatches are then contiguous views of it. Memoryless: rows shuffled. Recurrent:
-        envs shuffled, each minibatch whole rollouts of N / minibatches envs, env-major."""
+        """A recurrent actor's epoch: envs shuffled, each minibatch (Batch, Sequences) whole
+        rollouts of N / minibatches envs, env-major. One gather per epoch; the minibatches
+        are then contiguous views of it."""
         k_mb, seq = self.cfg.minibatches, batch.sequences
-        if seq is None:
-            size = len(batch) // k_mb
-            shuffled = self._shuffle(batch, torch.randperm(len(batch), generator=gen,
-                                                           device=self.device))
-            for k in range(k_mb):
-                yield shuffled[k * size:(k + 1) * size], None
-            return
         t, n = seq.starts.shape
         perm = torch.randperm(n, generator=gen, device=self.device)  # [N]
         steps = torch.arange(t, device=self.device) * n  # [T]
@@ -312,6 +321,7 @@ class PPO:
         shuffled = batch.gather(idx, self._shuffled)
         self._shuffled = shuffled.table
         return shuffled
+
 
     def _minibatch(self, b: Batch, seq: Sequences | None, old_log_std: Tensor,
                    adapt: bool = True) -> dict[str, Tensor]:
@@ -383,3 +393,29 @@ class PPO:
         self.lr.copy_(state["lr"])
         for g in self.optimizer.param_groups:  # keep the optimizer reading our lr tensor
             g["lr"] = self.lr
+
+
+def epochs(cfg: PPOConfig, tables: list[Tensor], gens: list[torch.Generator],
+           shuffled: Tensor, step: Callable[[Tensor, bool], dict[str, Tensor]]
+           ) -> dict[str, Tensor]:
+    """The epochs of minibatch SGD over K batches at once (K = 1: one learner; K seeds of a
+    stack, agents/seeds.py): each epoch, batch k's rows [B, W] are shuffled by its own
+    generator into shuffled[k] ([K, B, W], reused), then `step(minibatch [K, B/M, W],
+    adapt)` runs on rows [j B/M, (j+1) B/M) of every batch, j < M = cfg.minibatches;
+    `adapt` is False on the update's first minibatch (no step yet, nothing to adapt on).
+    Returns the mean over minibatches of each statistic `step` returns (0-d or [K])."""
+    rows = tables[0].shape[0]
+    size = rows // cfg.minibatches
+    sums, first = None, True
+    for _ in range(cfg.epochs):
+        for table, gen, out in zip(tables, gens, shuffled):
+            perm = torch.randperm(rows, generator=gen, device=table.device)
+            torch.index_select(table, 0, perm, out=out)
+        for j in range(cfg.minibatches):
+            stats = step(shuffled[:, j * size:(j + 1) * size], not first)
+            first = False
+            row = torch.stack(list(stats.values()))  # one add per minibatch
+            sums = torch.zeros_like(row) if sums is None else sums
+            sums += row
+    sums /= cfg.epochs * cfg.minibatches
+    return dict(zip(stats, sums.unbind()))

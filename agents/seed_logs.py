@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trot.agents.logger import CsvRows, RunLogger, fmt_duration
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 
 SUMMARIZED = ("episode_return", "episode_length")  # besides task/*: medians in seeds.csv
 

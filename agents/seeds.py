@@ -9,16 +9,20 @@ its slice), and the networks run once for every seed under `torch.func.vmap`:
 - each control step, the actor's sampling (`_sample`);
 - each iteration, the critic's values of the rollout and of the states it reached;
 - each minibatch, `PPO.forward_loss` and its backward pass.
-The physics is one call for all K x N envs. Per seed remain the work that is a seed's own:
+The iteration is the one-seed learner's, not a copy: the collector's step loop (agents/
+collect.py) steps the blocks as one env (tasks/blocks.py) with the vmapped sampling as its
+acting; each seed's advantages and PopArt are its Trainer's `prepare`; the update is
+agents/ppo.py's `epochs` with the vmapped minibatch step. The physics is one call for all
+K x N envs. Per seed remain the work that is a seed's own:
 its task's torch code (its random draws come from its env's generator), its action-noise
 and shuffle draws, GAE and PopArt's move, the normalizers' update, and the optimizer step
 (torch's fused Adam takes one learning rate per call). A seed's NaN update is undone for
 that seed alone.
 
 The run directory holds `seed_S/` for each seed S, a plain one-seed run directory that
-eval, export, play and sim2sim load (and `trot train --resume` continues alone), plus
-`seeds.csv` (median and range across seeds per iteration) and the combined checkpoint that
-`trot train --resume RUN_DIR` continues every seed from.
+eval, export, play and sim2sim load (and `trot train --resume` continues alone), written
+after each checkpoint, plus `seeds.csv` (median and range across seeds per iteration) and
+the combined checkpoint that `trot train --resume RUN_DIR` continues every seed from.
 """
 
 from __future__ import annotations
@@ -26,26 +30,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
-from trot.agents.checkpoint import require_keys, save_checkpoint
-from trot.agents.collect import set_threads
+from trot.agents.checkpoint import Checkpoint, Counters, require_keys, save_checkpoint
+from trot.agents.collect import Collector, set_threads
 from trot.agents.distributed import ENV_STREAM, ONE_PROCESS, rank_seed
-from trot.agents.seed_logs import SeedLogs, seeds_progress_line, summarize
-from trot.agents.loop import TrainingLoop
+from trot.agents.loop import CHECKPOINT
 from trot.agents.networks import ActorCritic
-from trot.agents.ppo import normalize_advantages
+from trot.agents.ppo import epochs, normalize_advantages
+from trot.agents.runs import read_checkpoint, write_config
+from trot.agents.seed_logs import SeedLogs, seeds_progress_line, summarize
 from trot.agents.storage import Batch, Rollout
+from trot.agents.train_config import Sync, TrainConfig, to_json
 from trot.agents.trainer import Trainer, TrainingDiverged
-from trot.config import TrainConfig, to_json
-from trot.runs import CHECKPOINT, new_run_dir, read_checkpoint, run_config, write_config
 from trot.sim.rows import load_blocks
+from trot.tasks.blocks import Blocks
 from trot.tasks.registry import make_block_envs
+
 
 def seed_dir(run_dir: Path, seed: int) -> Path:
     return Path(run_dir) / f"seed_{seed}"
@@ -53,7 +59,8 @@ def seed_dir(run_dir: Path, seed: int) -> Path:
 
 def seed_config(cfg: TrainConfig, run_dir: Path, seed: int) -> TrainConfig:
     """The one-seed run that seed `seed` of `cfg` is, in its own directory."""
-    return dataclasses.replace(cfg, seed=seed, seeds=(), run_dir=str(seed_dir(run_dir, seed)))
+    return dataclasses.replace(cfg, seed=seed, mode=Sync(),
+                               run_dir=str(seed_dir(run_dir, seed)))
 
 
 def stack_modules(modules: list[nn.Module]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -104,72 +111,82 @@ class _Call(nn.Module):
         return self.fn(self.m, *args)
 
 
-class _Stop:
-    """The loop's stop flag holder (`TrainingLoop.collector`): nothing acts apart here."""
+class StackedActing:
+    """The collector's acting step for K seeds (agents/collect.py's `algo.act`): the
+    observations [K N, P] of the blocks, each seed's noise from its own generator, one
+    vmapped actor pass."""
 
-    interrupted: Callable[[], bool] = staticmethod(lambda: False)
+    def __init__(self, sample: Callable[..., Any], trainers: list[Trainer], n: int):
+        self.sample, self.trainers, self.n = sample, trainers, n
+        self.no_state = torch.zeros(len(trainers), n, 0, device=trainers[0].device)
 
-    def close(self) -> None:
-        pass
+    def act(self, obs: Tensor, actor: nn.Module | None, gen: torch.Generator | None,
+            state: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        eps = torch.stack([tr.noise(self.n) for tr in self.trainers])  # [K, N, A]
+        action, log_prob, mean, _ = self.sample(obs.view(len(self.trainers), self.n, -1),
+                                                eps, self.no_state)  # [K, N, A], ...
+        return action.flatten(0, 1), log_prob.flatten(), mean.flatten(0, 1), state
 
 
-class Seeds(TrainingLoop):
-    """K one-seed learners (cfg.seeds) stepped, acted and updated as one program."""
+class StackedSeeds:
+    """K one-seed learners (the Seeds mode's seeds) stepped, acted and updated as one
+    program (agents/loop.py's `Learner`)."""
+
+    kind: ClassVar[str] = "ppo-seeds"
 
     def __init__(self, cfg: TrainConfig, run_dir: Path):
         cfg.validate()
-        self.cfg, self.comm, self.collector = cfg, ONE_PROCESS, _Stop()
-        a, k = cfg.agent_effective, len(cfg.seeds)
-        self.envs = make_block_envs(cfg.task, cfg.num_envs, cfg.sim, cfg.device,
-                                    [rank_seed(s + ENV_STREAM, 0) for s in cfg.seeds], cfg.env)
-        env, n = self.envs[0], cfg.num_envs
+        self.cfg, self.run_dir, self.comm = cfg, Path(run_dir), ONE_PROCESS
+        seeds = cfg.mode.seeds
+        a, k, n = cfg.agent_effective, len(seeds), cfg.num_envs
+        self.envs = make_block_envs(cfg.task, n, cfg.sim, cfg.device,
+                                    [rank_seed(s + ENV_STREAM, 0) for s in seeds], cfg.env)
+        env = self.envs[0]
+        self.device = env.device
         acs = []
-        for s in cfg.seeds:  # each initialised as its one-seed run's
+        for s in seeds:  # each initialised as its one-seed run's
             torch.manual_seed(s)
             acs.append(ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, a)
                        .to(env.device))
         self.params, self.buffers = stack_modules(acs)
-        self.storage = Rollout.allocate(a.rollout_steps, k * n, env.obs_dim,
-                                        env.critic_obs_dim, env.action_dim, env.device)
+        storage = Rollout.allocate(a.rollout_steps, k * n, env.obs_dim, env.critic_obs_dim,
+                                   env.action_dim, env.device)
         self.trainers = [Trainer(seed_config(cfg, run_dir, s), e, ac=ac,
-                                 storage=_block(self.storage, i, n))
-                         for i, (s, e, ac) in enumerate(zip(cfg.seeds, self.envs, acs))]
-        self.sim = env.sim.parent
-        self.ctrl = torch.zeros(k * n, self.sim.model.nu, device=env.device)
-        self._like: tuple[Tensor, ...] = ()  # a batch's fields: the loss's table layout
-        self._shuffled: Tensor | None = None  # [K, B, W] the epoch's shuffled batches
-        self._linked = False  # whether each seed's .grad are views of the stack's
+                                 storage=_block(storage, i, n))
+                         for i, (s, e, ac) in enumerate(zip(seeds, self.envs, acs))]
         template, loss = acs[0], self.trainers[0].algo.forward_loss
-        self._sample = stacked(template, self.params, self.buffers,
-                               lambda m, obs, eps, st: m.actor.sample_with(obs, eps, st))
+        sample = stacked(template, self.params, self.buffers,
+                         lambda m, obs, eps, st: m.actor.sample_with(obs, eps, st))
+        self.collector = Collector(cfg, Blocks(self.envs), StackedActing(sample, self.trainers,
+                                                                         n), template, storage, 0)
         self._value = stacked(template, self.params, self.buffers,
                               lambda m, obs: m.critic.value(obs))
         self._loss = stacked(template, self.params, self.buffers, lambda m, table, ls: loss(
             Batch._from_table(table, self._like), None, ls))
+        self._like: tuple[Tensor, ...] = ()  # a batch's fields: the loss's table layout
+        self._shuffled: Tensor | None = None  # [K, B, W] the epoch's shuffled batches
+        self._linked = False  # whether each seed's .grad are views of the stack's
         self.last: list[dict[str, float]] = []  # each seed's metrics of the last iteration
 
     # ------------------------------------------------------------------ counters
     @property
-    def device(self) -> torch.device:
-        return self.envs[0].device
-
-    @property
     def iteration(self) -> int:
         return self.trainers[0].iteration
+
+    @iteration.setter
+    def iteration(self, i: int) -> None:
+        for tr in self.trainers:
+            tr.iteration = i
 
     @property
     def env_steps(self) -> int:
         """Each seed's own (the budget is per seed, as for K one-seed runs)."""
         return self.trainers[0].env_steps
 
-    @property
-    def wall_s(self) -> float:
-        return self.trainers[0].wall_s
-
-    @wall_s.setter
-    def wall_s(self, s: float) -> None:
+    @env_steps.setter
+    def env_steps(self, n: int) -> None:
         for tr in self.trainers:
-            tr.wall_s = s
+            tr.env_steps = n
 
     # ------------------------------------------------------------------ one iteration
     def iterate(self) -> dict[str, float]:
@@ -178,18 +195,16 @@ class Seeds(TrainingLoop):
         trs = self.trainers
         for tr in trs:
             tr.rollback.save()
-        self.collect()
-        set_threads(self.cfg.update_threads)
-        next_values = self.fill_values()
-        batches = [tr.algo.prepare(tr.collector.storage, nv)
-                   for tr, nv in zip(trs, next_values)]
+        ro = self.collector.collect()
+        next_values = self.fill_values(ro)
+        batches = [tr.algo.prepare(tr.rollout, nv) for tr, nv in zip(trs, next_values)]
         stats = self.update(batches)
-        dev, n = self.device, self.cfg.num_envs
-        measured = [tr.measure(b, s, tr.comm.total(self.storage.steps * n, dev))
+        measured = [tr.measure(b, s, tr.comm.total(ro.steps * self.cfg.num_envs,
+                                                    self.device))
                     for tr, b, s in zip(trs, batches, stats)]
         flat = torch.cat([v for _, v in measured]).tolist()  # the one host sync
         self.last, at = [], 0
-        for seed, tr, (names, v) in zip(self.cfg.seeds, trs, measured):
+        for seed, tr, (names, v) in zip(self.cfg.mode.seeds, trs, measured):
             try:
                 self.last.append(tr.account(dict(zip(names, flat[at:at + len(v)]))))
             except TrainingDiverged as e:
@@ -198,37 +213,10 @@ class Seeds(TrainingLoop):
         return summarize(self.last)
 
     @torch.no_grad()
-    def collect(self) -> None:
-        """T steps of every seed's envs into the stacked rollout: one vmapped actor pass
-        and one physics call per step."""
-        set_threads(self.cfg.torch_threads)  # MuJoCo's threads own the cores to step
-        ro, trs, envs, k, n = self.storage, self.trainers, self.envs, len(self.envs), \
-            self.cfg.num_envs
-        no_state = torch.zeros(k, n, 0, device=self.device)  # memoryless actors only
-        for t in range(ro.steps):
-            obs = [e.obs for e in envs]
-            policy = torch.stack([o.policy for o in obs])  # [K, N, P]
-            eps = torch.stack([tr.ac.actor.noise(n, tr.collector.noise_gen) for tr in trs])
-            action, log_prob, mean, _ = self._sample(policy, eps, no_state)  # [K, N, A]
-            begun = [e.begin_step(action[i]) for i, e in enumerate(envs)]
-            torch.cat([c for _, _, c in begun], out=self.ctrl)  # [K * N, nu]
-            self.sim.step(self.ctrl)
-            res = [e.end_step(a, bad) for e, (a, bad, _) in zip(envs, begun)]
-            cat = lambda xs: torch.cat(list(xs))  # noqa: E731  seed blocks, in order
-            ro.write(t, obs=policy.flatten(0, 1), critic_obs=cat(o.critic for o in obs),
-                     actions=action.flatten(0, 1), log_probs=log_prob.flatten(),
-                     rewards=cat(r.reward for r in res),
-                     terminated=cat(r.terminated for r in res),
-                     truncated=cat(r.truncated for r in res),
-                     final_critic_obs=cat(r.final_obs.critic for r in res),
-                     action_mean=mean.flatten(0, 1))
-
-    @torch.no_grad()
-    def fill_values(self) -> list[Tensor]:
+    def fill_values(self, ro: Rollout) -> list[Tensor]:
         """V(s_t) into the rollout, in one vmapped critic pass with the values of the states
         each step reached; returns those, per seed [T, N]."""
-        ro, k, n = self.storage, len(self.envs), self.cfg.num_envs
-        t = ro.steps
+        k, n, t = len(self.envs), self.cfg.num_envs, ro.steps
         per_seed = lambda x: x.view(t, k, n, -1).transpose(0, 1).reshape(k, t * n, -1)  # noqa: E731
         v = self._value(torch.cat([per_seed(ro.critic_obs), per_seed(ro.final_critic_obs)],
                                   1))  # [K, 2 T N]
@@ -237,32 +225,21 @@ class Seeds(TrainingLoop):
         return list(next_values.unbind())
 
     def update(self, batches: list[Batch]) -> list[dict[str, Tensor]]:
-        """`PPO.update` for every seed at once (memoryless, unlagged): each seed shuffles
-        with its own generator, the minibatch loss runs stacked. Returns each seed's
-        statistics (0-d tensors)."""
+        """`PPO.update` for every seed at once (memoryless, unlagged): agents/ppo.py's
+        `epochs`, each seed shuffling with its own generator, the minibatch loss stacked.
+        Returns each seed's statistics (0-d tensors)."""
         cfg, trs = self.trainers[0].algo.cfg, self.trainers
         old_log_std = self.params["actor.log_std"].detach().clone()  # [K, A]
         if cfg.advantage_norm == "batch":
             for b in batches:
                 b.advantages.copy_(normalize_advantages(b.advantages))
         self._like = batches[0].fields()
-        rows, size = len(batches[0]), len(batches[0]) // cfg.minibatches
         if self._shuffled is None or self._shuffled.shape[1:] != batches[0].table.shape:
             self._shuffled = torch.empty(len(batches), *batches[0].table.shape,
                                          device=self.device)
-        sums, first = None, True
-        for _ in range(cfg.epochs):
-            for i, (tr, b) in enumerate(zip(trs, batches)):
-                perm = torch.randperm(rows, generator=tr.gen, device=self.device)
-                torch.index_select(b.table, 0, perm, out=self._shuffled[i])
-            for j in range(cfg.minibatches):
-                stats = self._minibatch(self._shuffled[:, j * size:(j + 1) * size],
-                                        old_log_std, adapt=not first)
-                first = False
-                row = torch.stack(list(stats.values()))  # [S, K]
-                sums = row if sums is None else sums + row
-        sums = sums / (cfg.epochs * cfg.minibatches)
-        return [dict(zip(stats, sums[:, i].unbind())) for i in range(len(trs))]
+        sums = epochs(cfg, [b.table for b in batches], [tr.gen for tr in trs], self._shuffled,
+                      lambda mb, adapt: self._minibatch(mb, old_log_std, adapt))
+        return [{name: v[i] for name, v in sums.items()} for i in range(len(trs))]
 
     def _minibatch(self, table: Tensor, old_log_std: Tensor, adapt: bool
                    ) -> dict[str, Tensor]:
@@ -286,40 +263,60 @@ class Seeds(TrainingLoop):
                 p.grad = self.params[name].grad[i]
         self._linked = True
 
-    # ------------------------------------------------------------------ outputs
-    def open_logger(self, run_dir: Path) -> SeedLogs:
-        return SeedLogs([seed_dir(run_dir, s) for s in self.cfg.seeds],
-                        Path(run_dir) / "seeds.csv", self.iteration, self.env_steps,
+    # ------------------------------------------------------------------ the run
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        pass
+
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        return []
+
+    def policy(self) -> None:
+        return None  # RULES refuse eval_every: each seed is evaluated in its directory
+
+    def open_logger(self, run_dir: Path, at: Counters) -> SeedLogs:
+        return SeedLogs([seed_dir(run_dir, s) for s in self.cfg.mode.seeds],
+                        Path(run_dir) / "seeds.csv", at.iteration, at.env_steps,
                         lambda: self.last)
 
     def progress(self, m: dict[str, float]) -> str:
         return seeds_progress_line(m, len(self.trainers), self.cfg)
 
-    def periodic_eval(self, run_dir: Path) -> None:
-        return None
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        return [seed_dir(run_dir, s) for s in self.cfg.mode.seeds]
 
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        """Each seed's one-seed run (config.json and checkpoint), after the combined
+        checkpoint: a seed's own is never ahead of it, unless the seed was continued on
+        its own, which `load_state_dict` then refuses."""
+        for tr, state in zip(self.trainers, checkpoint.state["seeds"]):
+            own = Path(tr.cfg.run_dir)
+            write_config(own, dataclasses.replace(tr.cfg, max_env_steps=self.cfg.max_env_steps,
+                                                  minutes=self.cfg.minutes))
+            save_checkpoint(own / CHECKPOINT, Checkpoint(
+                Trainer.kind, to_json(tr.cfg), checkpoint.counters, state))
+
+    # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        """The combined checkpoint: each seed's one-seed checkpoint (compact copies)."""
-        return {"seeds": [_compact(tr.state_dict()) for tr in self.trainers],
-                "config": to_json(self.cfg)}
+        """Each seed's one-seed learner state (compact copies)."""
+        return {"seeds": [_compact(tr.state_dict()) for tr in self.trainers]}
 
     def load_state_dict(self, state: dict) -> None:
-        require_keys(state, ("seeds",), "the seeds checkpoint")
+        require_keys(state, ("seeds",), "the seeds checkpoint's state")
+        seeds = self.cfg.mode.seeds
         if len(state["seeds"]) != len(self.trainers):
             raise ValueError(f"the checkpoint holds {len(state['seeds'])} seeds, this run "
-                             f"{len(self.trainers)} ({list(self.cfg.seeds)})")
+                             f"{len(self.trainers)} ({list(seeds)})")
+        for s in seeds:
+            own = seed_dir(self.run_dir, s)
+            if (own / CHECKPOINT).is_file() and \
+                    read_checkpoint(own).counters.iteration > self.iteration:
+                raise ValueError(f"{own} was continued on its own past the seeds' iteration "
+                                 f"{self.iteration}: they can no longer be resumed together "
+                                 "(resume each seed's directory alone)")
         for tr, s in zip(self.trainers, state["seeds"]):
             tr.load_state_dict(s)  # each block's sim state is held until ...
-        load_blocks(self.sim, [e.sim for e in self.envs])  # ... the whole sim is restored
-
-    def save(self, run_dir: Path) -> None:
-        """The combined checkpoint that resume reads, then each seed's in its directory
-        (after it: a seed's own checkpoint is never ahead of the combined one, unless the
-        seed was continued on its own, which `resume_seeds` then refuses)."""
-        state = self.state_dict()
-        save_checkpoint(Path(run_dir) / CHECKPOINT, state)
-        for seed, s in zip(self.cfg.seeds, state["seeds"]):
-            save_checkpoint(seed_dir(run_dir, seed) / CHECKPOINT, s)
+        load_blocks(self.collector.env.sim, [e.sim for e in self.envs])  # ... the whole
+        # sim is restored
 
 
 def _block(ro: Rollout, i: int, n: int) -> Rollout:
@@ -332,28 +329,3 @@ def _block(ro: Rollout, i: int, n: int) -> Rollout:
 def _compact(tree: Any) -> Any:
     """Copies of the tensors of a state: a view would be saved with its whole storage."""
     return tree_map(lambda x: x.clone() if isinstance(x, Tensor) else x, tree)
-
-
-def start_seeds(cfg: TrainConfig) -> tuple[Seeds, Path]:
-    """A new run of cfg.seeds: the run directory with each seed's own."""
-    run_dir = new_run_dir(cfg)
-    seeds = Seeds(cfg, run_dir)
-    write_config(run_dir, cfg)
-    for s in cfg.seeds:
-        write_config(seed_dir(run_dir, s), seed_config(cfg, run_dir, s))
-    return seeds, run_dir
-
-
-def resume_seeds(run_dir: Path) -> Seeds:
-    """Every seed of a run of seeds, from its combined checkpoint."""
-    cfg, state = run_config(run_dir), read_checkpoint(run_dir)
-    at = state["seeds"][0]["iteration"] if state.get("seeds") else 0
-    for s in cfg.seeds:
-        own = seed_dir(run_dir, s)
-        if (own / CHECKPOINT).is_file() and read_checkpoint(own)["iteration"] > at:
-            raise ValueError(f"{own} was continued on its own past the seeds' iteration "
-                             f"{at}: they can no longer be resumed together (resume each "
-                             "seed's directory alone)")
-    seeds = Seeds(cfg, run_dir)
-    seeds.load_state_dict(state)
-    return seeds

@@ -1,44 +1,47 @@
-"""The runner: rollout -> values -> GAE -> PopArt -> update -> one host sync; the loop
-around it (log, evaluate off the clock, checkpoint) is agents/loop.py's.
+"""PPO's learner: rollout -> values -> GAE -> PopArt -> update -> one host sync; the loop
+around it (log, evaluate off the clock, checkpoint) is agents/loop.py's. One process,
+data-parallel ranks (--nproc), the learner fed by actors (--actors) and several tasks are
+this learner with another comm, collector or env.
 
 rsl_rl's split: the env (tasks/env.py) knows episodes, the algorithm (ppo.py) knows losses,
 the storage (storage.py) knows shapes, the collector (collect.py) knows who acts (the
 learner's actor, a lagged one, or one on a second thread), and this file only orders them
-in time. The run directory's files are trot/runs.py's.
+in time. The run directory's files are agents/runs.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_map
 
-import trot
-from trot import faults
 from trot.agents.actors import Inbox
 from trot.agents.capture import compiler
 from trot.agents.central import CentralInbox
-from trot.agents.checkpoint import require_keys, save_checkpoint
+from trot.agents.checkpoint import Checkpoint, Counters, require_keys
 from trot.agents.collect import make_collector
-from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
-                                     Comm, Preemption, rank_seed)
-from trot.agents.loop import TrainingLoop
-from trot.agents.multitask import VIEW_KEY, write_task_views
+from trot.agents.distributed import (NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM, Comm,
+                                     Preemption, rank_seed)
+from trot.agents.logger import RunLogger
+from trot.agents.loop import one_logger, one_progress
+from trot.agents.multitask import write_task_views
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.rollback import Rollback
 from trot.agents.storage import Batch, Rollout
-from trot.config import TrainConfig, to_json
-from trot.runs import CHECKPOINT, new_run_dir, read_checkpoint, run_config, write_config
+from trot.agents.train_config import Actors, Sync, TrainConfig
+from trot.agents.runs import task_dir
+from trot.core import faults
 from trot.tasks.env import Env
-from trot.tasks.registry import make_task_envs
 
 MAX_CONSECUTIVE_NAN = 5
-# what a checkpoint holds besides the collector's keys: at its top, and for each rank
-STATE_KEYS = ("model", "algo", "ranks", "iteration", "env_steps", "wall_s", "nan_updates",
-              "consecutive_nan")
+# what the learner's state holds besides the collector's keys: at its top, and per rank
+STATE_KEYS = ("model", "algo", "ranks", "nan_updates", "consecutive_nan")
 RANK_KEYS = ("env", "gen", "torch_rng")
 
 
@@ -46,20 +49,25 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
-class Trainer(TrainingLoop):
+class Trainer:
+    """The PPO/A2C learner (agents/loop.py's `Learner`)."""
+
+    kind: ClassVar[str] = "ppo"
+
     def __init__(self, cfg: TrainConfig, env: Env, comm: Comm = ONE_PROCESS,
                  actors: Comm | None = None, ac: ActorCritic | None = None,
                  storage: Rollout | None = None):
         """actors: the job of decoupled actors this learner (its rank 0) feeds on
-        (cfg.actors, agents/actors.py); `comm` is then the learners' own job.
+        (the Actors mode, agents/actors.py); `comm` is then the learners' own job.
         ac, storage: the actor-critic (as built from cfg.seed) and the rollout buffer to
         use, where they live in a stack of seeds (agents/seeds.py); default new ones."""
         cfg.validate()
         torch.manual_seed(cfg.seed)
         preempt = None
-        if cfg.preempt_fraction > 0:  # DD-PPO's: the ranks' rollouts may differ in length
-            comm = dataclasses.replace(comm, ragged=True)
-            preempt = Preemption(comm, cfg.preempt_fraction)
+        mode = cfg.mode
+        if isinstance(mode, Sync) and mode.preempt_fraction > 0:  # DD-PPO's: the ranks'
+            comm = dataclasses.replace(comm, ragged=True)  # rollouts may differ in length
+            preempt = Preemption(comm, mode.preempt_fraction)
         self.cfg, self.env, self.comm = cfg, env, comm
         self.agent_cfg = a = cfg.agent_effective
         dev = env.device
@@ -79,17 +87,55 @@ class Trainer(TrainingLoop):
         noise_seed = rank_seed(cfg.seed + NOISE_STREAM, comm.rank)
         self.collector = make_collector(cfg, env, self.algo, self.ac, buffer, noise_seed,
                                         preempt) if actors is None else \
-            (CentralInbox if cfg.central_inference else Inbox)(
+            (CentralInbox if isinstance(mode, Actors) and mode.central_inference else Inbox)(
                 cfg, env, self.algo, self.ac, buffer(), noise_seed, actors)
         # minibatch shuffles differ per rank: each shuffles only its own envs' samples
         self.gen = torch.Generator(device=dev).manual_seed(
             rank_seed(cfg.seed + SHUFFLE_STREAM, comm.rank))
         self.iteration = 0
         self.env_steps = 0
-        self.wall_s = 0.0
         self.nan_updates = 0
         self._consecutive_nan = 0
         env.reset(stagger=cfg.stagger_start)
+
+    @property
+    def device(self) -> torch.device:
+        return self.env.device
+
+    @property
+    def rollout(self) -> Rollout:
+        """The collector's rollout buffer (the last rollout, once collected)."""
+        return self.collector.storage
+
+    def noise(self, n: int) -> Tensor:
+        """n draws of the action noise [n, A] from this learner's own stream."""
+        return self.ac.actor.noise(n, self.collector.noise_gen)
+
+    # ------------------------------------------------------------------ the run
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        self.collector.interrupted = interrupted  # the inbox waits on actors: it polls it
+
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        if not failed:  # the decoupled actors' inbox tells them to stop: an actor that
+            self.collector.close()  # never came for its stop raises
+        return []
+
+    def policy(self) -> torch.nn.Module:
+        return self.ac.actor
+
+    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
+        return one_logger(self, run_dir, at)
+
+    def progress(self, m: dict[str, float]) -> str:
+        return one_progress(self, m)
+
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        if self.env.num_tasks > 1:  # each task's own run directory, after the whole
+            write_task_views(run_dir, self, checkpoint)
+
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        return [task_dir(run_dir, t) for t, _ in self.cfg.tasks] if self.env.num_tasks > 1 \
+            else [Path(run_dir)]
 
     # ------------------------------------------------------------------ one iteration
     def collect(self) -> Rollout:
@@ -162,27 +208,22 @@ class Trainer(TrainingLoop):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict | None:
-        """The checkpoint, on rank 0 (None elsewhere). Every rank must call it: the ranks'
-        env and sampling states are gathered into rank 0's file, so resume restores all."""
+        """The learner's state, on rank 0 (None elsewhere). Every rank must call it: the
+        ranks' env and sampling states are gathered into rank 0's file, so resume restores
+        all."""
         ranks = self.comm.gather_objects(_to_cpu({"env": self.env.state_dict(),
                                                   "gen": self.gen.get_state(),
                                                   "torch_rng": torch.get_rng_state()}
                                                  | self.collector.state_dict()))
         if ranks is None:
             return None
-        return {
-            "model": self.ac.state_dict(), "algo": self.algo.state_dict(),
-            "env": ranks[0]["env"], "ranks": ranks, "torch_rng": ranks[0]["torch_rng"],
-            "gen": ranks[0]["gen"], "iteration": self.iteration,
-            "env_steps": self.env_steps, "wall_s": self.wall_s,
-            "nan_updates": self.nan_updates, "consecutive_nan": self._consecutive_nan,
-            "config": to_json(self.cfg),
-            "trot_version": trot.__version__,
-        } | self.collector.shared_state()
+        return {"model": self.ac.state_dict(), "algo": self.algo.state_dict(),
+                "ranks": ranks, "nan_updates": self.nan_updates,
+                "consecutive_nan": self._consecutive_nan} | self.collector.shared_state()
 
     def load_state_dict(self, s: dict) -> None:
         """Checked before anything is loaded: the format and the process count."""
-        require_keys(s, STATE_KEYS + self.collector.shared_keys, "the checkpoint")
+        require_keys(s, STATE_KEYS + self.collector.shared_keys, "the checkpoint's state")
         ranks = s["ranks"]
         for i, r in enumerate(ranks):
             require_keys(r, RANK_KEYS + self.collector.keys, f"the checkpoint's ranks[{i}]")
@@ -194,21 +235,9 @@ class Trainer(TrainingLoop):
         self.env.load_state_dict(mine["env"])
         self.gen.set_state(mine["gen"])
         torch.set_rng_state(mine["torch_rng"])
-        self.iteration, self.env_steps = s["iteration"], s["env_steps"]
-        self.wall_s, self.nan_updates = s["wall_s"], s["nan_updates"]
-        self._consecutive_nan = s["consecutive_nan"]
-        self.collector.load_state_dict(mine, s)
+        self.nan_updates, self._consecutive_nan = s["nan_updates"], s["consecutive_nan"]
+        self.collector.load_state_dict(mine, s, self.iteration)
 
-    @property
-    def device(self) -> torch.device:
-        return self.env.device
-
-    def save(self, run_dir: Path) -> None:
-        state = self.state_dict()  # a collective: every rank calls save
-        if state is not None:
-            save_checkpoint(run_dir / CHECKPOINT, state)
-            if self.env.num_tasks > 1:  # each task's own run directory, after the whole
-                write_task_views(run_dir, self)
 
 def _process_count_error(saved: int, now: int) -> str:
     procs = f"{saved} process" + ("es" if saved != 1 else "")
@@ -220,40 +249,6 @@ def _process_count_error(saved: int, now: int) -> str:
             f"RUN_DIR` (it keeps the run's process count, from config.json){torchrun}")
 
 
-def build(cfg: TrainConfig, comm: Comm = ONE_PROCESS, actors: Comm | None = None) -> Trainer:
-    cfg.validate()  # before any env is built
-    env = make_task_envs(cfg.tasks, cfg.num_envs, cfg.sim, cfg.device,
-                         rank_seed(cfg.seed + ENV_STREAM, comm.rank), cfg.task_shares)
-    return Trainer(cfg, env, comm, actors)
-
-
-def start_run(cfg: TrainConfig, comm: Comm = ONE_PROCESS,
-              actors: Comm | None = None) -> tuple[Trainer, Path]:
-    run_dir = Path(comm.broadcast_object(str(new_run_dir(cfg))))  # rank 0's clock names it
-    trainer = build(cfg, comm, actors)
-    if comm.is_main:
-        write_config(run_dir, cfg)
-    return trainer, run_dir
-
-
-def resume_run(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None,
-               actors: Comm | None = None) -> Trainer:
-    """Rebuild a run from its config.json and checkpoint; nothing in run_dir is written.
-    `device` replaces the saved one (a rank's own GPU under torchrun)."""
-    cfg = run_config(run_dir)
-    state = read_checkpoint(run_dir)
-    if VIEW_KEY in state:
-        raise ValueError(f"{run_dir} is one task's policy cut from the run of several tasks "
-                         f"{state[VIEW_KEY]} (for eval, export, play and sim2sim): continue "
-                         f"training with `trot train --resume {state[VIEW_KEY]}`")
-    cfg = dataclasses.replace(cfg, nproc=comm.world_size, device=device or cfg.device)
-    trainer = build(cfg, comm, actors)
-    trainer.load_state_dict(state)
-    return trainer
-
-
 def _to_cpu(tree):
     """Device tensors to host copies, so checkpoint states pickle across ranks."""
-    from torch.utils._pytree import tree_map
-
     return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)

@@ -136,7 +136,7 @@ def run_rslrl(a: argparse.Namespace, seed: int) -> None:
     from rsl_rl.runners import OnPolicyRunner
 
     from trot.rslrl import TrotVecEnv, apply_overrides, make_config, trot_threads
-    from trot.runs import atomic_write
+    from trot.core.files import atomic_write
 
     out, run = paths(a, "rslrl", seed)
     run.mkdir(parents=True, exist_ok=True)

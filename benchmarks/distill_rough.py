@@ -40,7 +40,8 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script
 from locomotion_cpu import _write_csv, evaluate_course, evaluate_now  # noqa: E402
 
 from trot.cli import main as cli_main  # noqa: E402
-from trot.runs import CHECKPOINT, atomic_write, load_run, read_checkpoint  # noqa: E402
+from trot.core.files import atomic_write
+from trot.agents.runs import CHECKPOINT, load_run, read_checkpoint  # noqa: E402
 from trot.tasks.registry import get_task  # noqa: E402
 
 TASK = "go1-rough"
@@ -69,7 +70,7 @@ def phases(a: argparse.Namespace) -> list[tuple[str, list[str], float]]:
 def run_phase(name: str, start: list[str], minutes: float, run_dir: Path) -> None:
     """Start the run, or resume it to `minutes` where it has a checkpoint (none: done)."""
     resume = (run_dir / CHECKPOINT).exists()
-    if resume and read_checkpoint(run_dir)["wall_s"] >= 60 * minutes:
+    if resume and read_checkpoint(run_dir).counters.wall_s >= 60 * minutes:
         return
     cmd = [start[0], "--resume", str(run_dir)] if resume else [
         *start, "--run-dir", str(run_dir), "--no-export"]
@@ -90,10 +91,10 @@ def last_level(run_dir: Path) -> float:
 def evaluate(name: str, run_dir: Path, before_s: float, episodes: int) -> dict:
     """One row: the policy in run_dir on the training terrain and on the course."""
     run = load_run(run_dir, num_envs=1)
-    state = read_checkpoint(run_dir)
+    at = read_checkpoint(run_dir).counters
     seed = 10_000 + run.cfg.seed
-    row = {"policy": name, "minutes": (before_s + state["wall_s"]) / 60,
-           "own_minutes": state["wall_s"] / 60, "env_steps": state["env_steps"],
+    row = {"policy": name, "minutes": (before_s + at.wall_s) / 60,
+           "own_minutes": at.wall_s / 60, "env_steps": at.env_steps,
            "terrain_level": last_level(run_dir)}
     env = run.cfg.env or get_task(TASK).config
     row |= evaluate_now(TASK, env, run.ac.actor, episodes, seed)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     root = Path(a.run_root)
     train_all(a)
-    teacher_s = read_checkpoint(root / "teacher")["wall_s"]
+    teacher_s = read_checkpoint(root / "teacher").counters.wall_s
     rows = [evaluate(name, root / name, teacher_s if name == "student" else 0.0, a.episodes)
             for name, _, _ in phases(a)]
     atomic_write(Path(a.out), lambda path: _write_csv(path, rows))

@@ -29,9 +29,10 @@ import torch
 
 import trot
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import Trainer, build
+from trot.agents.learners import build
+from trot.agents.trainer import Trainer
 from trot.bench import env_loop, sim_only
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.sim import resolve_device
 
 

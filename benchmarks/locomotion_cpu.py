@@ -83,12 +83,15 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
+from trot.agents.loop import save
 from trot.agents.evaluate import evaluate_policy
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build, resume_run
+from trot.agents.learners import build, resume
+from trot.agents.learners import start as start_learner
 from trot.agents.config import parse_override, tuned
-from trot.config import TrainConfig, save_json
-from trot.runs import CHECKPOINT, atomic_write, course_changes
+from trot.agents.train_config import Seeds, Sync, TrainConfig, save_json
+from trot.core.files import atomic_write
+from trot.agents.runs import CHECKPOINT, course_changes
 from trot.tasks.registry import get_task
 
 COLUMNS = ("train_s", "env_steps", "train_return", "lin_vel_error", "yaw_rate_error",
@@ -224,16 +227,18 @@ def start(a: argparse.Namespace, seed: int, run_dir: Path, out: Path | None):
     under --resume when run_dir has no checkpoint yet: a seed the split run never began)."""
     if a.resume and (a.eval_only or (run_dir / CHECKPOINT).exists()):
         # the run's own task, whatever --task says
-        trainer = resume_run(run_dir)
+        trainer, wall_s = resume(run_dir)
         a.task = trainer.cfg.task
-        return trainer, [] if out is None else _read_csv(out), trainer.wall_s
+        return trainer, [] if out is None else _read_csv(out), wall_s
     entry = get_task(a.task)
     agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
     env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
+    train = dict(map(parse_override, a.train))
+    mode = Sync(**{k: train.pop(k) for k in list(train)
+                   if k in {f.name for f in dataclasses.fields(Sync)}})
     cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seed=seed, agent=agent,
-                      sim=a.sim, device=a.device,
-                      env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir),
-                      **dict(map(parse_override, a.train)))
+                      sim=a.sim, device=a.device, mode=mode,
+                      env=env_cfg, max_env_steps=10**12, run_dir=str(run_dir), **train)
     trainer = build(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_json(run_dir / "config.json", cfg)
@@ -300,11 +305,10 @@ def run_seed(a: argparse.Namespace, seed: int, run_dir: Path, out: Path) -> dict
             last_return = m.get("episode_return", last_return)
         train_s += time.perf_counter() - t0
         rows.append(evaluation_row(a, trainer, train_s, last_return))
-        trainer.wall_s = train_s
         # the rows first: a kill between the two leaves a row that --resume re-trains past
         # (the checkpoint is the one before it), never a checkpoint without its row
         atomic_write(out, lambda path: _write_csv(path, rows))
-        trainer.save(run_dir)
+        save(trainer, run_dir, train_s)
     logger.close()
     try:
         from trot.export.onnx import export_run
@@ -335,21 +339,19 @@ def run_stacked(a: argparse.Namespace, run_dir: Path, out: Path) -> list[dict]:
     --stop-when-met, until every seed has met the thresholds), every seed evaluated at
     each evaluation; one CSV per seed. Returns each seed's summary (its rate: the stack's
     env-steps/s of all seeds over the number of seeds)."""
-    from trot.agents.seeds import resume_seeds, start_seeds
-
     outs = [out.with_name(f"{out.stem}_seed{k}{out.suffix}") for k in a.seeds]
     if a.resume and (run_dir / CHECKPOINT).exists():
-        stack, rows = resume_seeds(run_dir), [_read_csv(o) for o in outs]
+        (stack, train_s), rows = resume(run_dir), [_read_csv(o) for o in outs]
     else:
         entry = get_task(a.task)
-        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seeds=tuple(a.seeds),
+        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, mode=Seeds(tuple(a.seeds)),
                           agent=tuned(entry.agent + tuple(parse_override(x) for x in a.agent)),
                           env=dataclasses.replace(entry.config, **dict(map(parse_override,
                                                                           a.env))),
                           max_env_steps=10**12, run_dir=str(run_dir),
                           **dict(map(parse_override, a.train)))
-        (stack, _), rows = start_seeds(cfg), [[] for _ in a.seeds]
-    train_s, returns = stack.wall_s, [math.nan] * len(a.seeds)  # each seed's last known
+        (stack, _), rows, train_s = start_learner(cfg), [[] for _ in a.seeds], 0.0
+    returns = [math.nan] * len(a.seeds)  # each seed's last known
     print(" ".join(f"{c:>16}" for c in COLUMNS), flush=True)
     while train_s < 60 * a.budget_min and not (
             a.stop_when_met and all(any(_met(a, r) for r in own) for own in rows)):
@@ -362,8 +364,7 @@ def run_stacked(a: argparse.Namespace, run_dir: Path, out: Path) -> list[dict]:
         for own, tr, o, ret in zip(rows, stack.trainers, outs, returns):
             own.append(evaluation_row(a, tr, train_s, ret))
             atomic_write(o, lambda path, own=own: _write_csv(path, own))
-        stack.wall_s = train_s
-        stack.save(run_dir)
+        save(stack, run_dir, train_s)
     hits = [next((r for r in own if _met(a, r)), None) for own in rows]
     return [{"seed": s, "rate": stack.env_steps / max(train_s, 1e-9),
              "hit_min": h["train_s"] / 60 if h else math.nan,

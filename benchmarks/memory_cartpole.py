@@ -24,8 +24,8 @@ from pathlib import Path
 
 from trot.agents.config import parse_override, tuned
 from trot.agents.evaluate import run_episodes
-from trot.agents.trainer import build
-from trot.config import TrainConfig
+from trot.agents.learners import build
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task, make_env
 
 TASK = "cartpole-balance-blind"

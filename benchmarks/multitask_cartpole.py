@@ -29,9 +29,9 @@ from pathlib import Path
 from trot.agents.config import tuned
 from trot.agents.evaluate import run_episodes
 from trot.agents.multitask import task_view
-from trot.agents.trainer import build
-from trot.config import TrainConfig
-from trot.runs import atomic_write
+from trot.agents.learners import build
+from trot.agents.train_config import Tasks, TrainConfig
+from trot.core.files import atomic_write
 from trot.tasks.registry import get_task, make_env
 
 TASKS = ("cartpole-balance", "cartpole-swingup-x100")
@@ -53,7 +53,7 @@ def evaluate(trainer, eval_envs) -> tuple[float, float]:
 
 def train_one(mode: str, seed: int, a, write) -> None:
     agent = dataclasses.replace(tuned(get_task("cartpole-swingup").agent), popart_tasks=mode)
-    cfg = TrainConfig(task=TASKS[0], with_tasks=TASKS[1:], num_envs=a.num_envs, seed=seed,
+    cfg = TrainConfig(task=TASKS[0], mode=Tasks(TASKS[1:]), num_envs=a.num_envs, seed=seed,
                       agent=agent, max_env_steps=a.max_env_steps, export=False)
     trainer = build(cfg)
     eval_envs = [make_env(t, 16, seed=1000 + seed, config=dataclasses.replace(

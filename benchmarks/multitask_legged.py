@@ -29,9 +29,10 @@ from locomotion_cpu import evaluate_now
 
 from trot.agents.config import parse_override, tuned
 from trot.agents.multitask import task_view
-from trot.agents.trainer import build, resume_run
-from trot.config import TrainConfig
-from trot.runs import CHECKPOINT, atomic_write, write_config
+from trot.agents.learners import build, resume
+from trot.agents.train_config import Tasks, TrainConfig
+from trot.core.files import atomic_write
+from trot.agents.runs import CHECKPOINT, write_config
 from trot.tasks.registry import get_task
 
 # task: (max tracking error m/s, max fall rate): each robot's registered benchmark's
@@ -99,19 +100,18 @@ def main() -> None:
     a = p.parse_args()
     tasks = tuple(THRESHOLDS)
     if a.resume and (a.run_dir / CHECKPOINT).exists():
-        trainer = resume_run(a.run_dir)
+        trainer, train_s = resume(a.run_dir)
         with open(a.out, newline="") as f:
             rows = list(csv.DictReader(f))
     else:
         agent = tuned(get_task(tasks[0]).agent + tuple(map(parse_override, a.agent)) + (
             ("popart_tasks", "shared" if a.shared else "per-task"),))
-        trainer = build(TrainConfig(task=tasks[0], with_tasks=tasks[1:], num_envs=a.num_envs,
-                                    task_shares=tuple(a.task_shares), seed=a.seed,
+        trainer = build(TrainConfig(task=tasks[0], num_envs=a.num_envs, seed=a.seed,
+                                    mode=Tasks(tasks[1:], task_shares=tuple(a.task_shares)),
                                     agent=agent, max_env_steps=10**12,
                                     run_dir=str(a.run_dir)))
         write_config(a.run_dir, trainer.cfg)
-        rows = []
-    train_s = trainer.wall_s
+        rows, train_s = [], 0.0
     while train_s < 60 * a.budget_min and not (a.stop_when_met and rows and all(
             int(r["met"]) for r in rows[-len(tasks):])):
         t0 = time.perf_counter()
@@ -120,7 +120,6 @@ def main() -> None:
             trainer.iterate()
         train_s += time.perf_counter() - t0
         rows += evaluate(trainer, train_s, a.episodes, a.eval_episode_s)
-        trainer.wall_s = train_s
 
         def write(path: Path) -> None:
             with open(path, "w", newline="") as f:
@@ -128,7 +127,7 @@ def main() -> None:
                 w.writeheader()
                 w.writerows(rows)
         atomic_write(a.out, write)  # the rows first, then the checkpoint they follow
-        trainer.save(a.run_dir)
+        save(trainer, a.run_dir, train_s)
     summarize(rows)
 
 

@@ -26,8 +26,8 @@ import torch
 from trot.agents.collect import set_threads
 from trot.agents.config import parse_override, tuned
 from trot.agents.logger import RunLogger
-from trot.agents.trainer import build
-from trot.config import TrainConfig
+from trot.agents.learners import build
+from trot.agents.train_config import Sync, TrainConfig
 from trot.tasks.registry import get_task
 
 
@@ -94,8 +94,11 @@ def main() -> None:
     agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
     env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
     with tempfile.TemporaryDirectory() as tmp:
+        train = dict(map(parse_override, a.train))
+        mode = Sync(**{k: train.pop(k) for k in list(train)
+                       if k in {f.name for f in dataclasses.fields(Sync)}})
         cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=env_cfg,
-                          run_dir=tmp, **dict(map(parse_override, a.train)))
+                          run_dir=tmp, mode=mode, **train)
         trainer = build(cfg)
         logger = RunLogger(Path(tmp), tensorboard=True, curve_every_s=600.0)
         for _ in range(a.warmup):
@@ -122,7 +125,7 @@ def main() -> None:
           f"minibatches={agent.minibatches} symmetry={agent.symmetry} "
           f"threads: sim {trainer.env.sim.nthread}, torch {trainer.cfg.torch_threads} / "
           f"update {trainer.cfg.update_threads or 'all'}"
-          + (" async_collect (collection overlaps the update)" if cfg.async_collect else ""))
+          + (" async_collect (collection overlaps the update)" if cfg.mode.async_collect else ""))
     n = a.iterations
     for label, s in totals.items():
         print(f"  {label:<48} {s / n:7.3f} s/it  {100 * s / total:5.1f}%")

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from trot.agents.config import tuned
-from trot.agents.seeds import Seeds
-from trot.agents.trainer import build
-from trot.config import TrainConfig
+from trot.agents.seeds import StackedSeeds
+from trot.agents.learners import build
+from trot.agents.train_config import Seeds, Sync, TrainConfig
 from trot.tasks.registry import get_task
 
 
@@ -46,12 +46,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
     entry = get_task(a.task)
-    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, seeds=tuple(a.seeds),
+    cfg = TrainConfig(task=a.task, num_envs=a.num_envs, mode=Seeds(tuple(a.seeds)),
                       agent=tuned(entry.agent), export=False)
     steps = a.num_envs * cfg.agent.rollout_steps * a.iterations  # per seed, per round
     with tempfile.TemporaryDirectory() as tmp:
-        stack = Seeds(cfg, Path(tmp))
-        alone = [build(dataclasses.replace(cfg, seed=s, seeds=())) for s in a.seeds]
+        stack = StackedSeeds(cfg, Path(tmp))
+        alone = [build(dataclasses.replace(cfg, seed=s, mode=Sync())) for s in a.seeds]
         for run in (stack, *alone):
             timed(run.iterate, a.warmup)
         ratios = []

@@ -46,15 +46,15 @@ def run_one(args: tuple[str, int, int, int]) -> tuple[str, int, int, np.ndarray,
     torch.set_num_threads(1)
     from trot.agents.config import tuned
     from trot.agents.evaluate import run_episodes
-    from trot.agents.trainer import build
-    from trot.config import TrainConfig
+    from trot.agents.learners import build
+    from trot.agents.train_config import Sync, TrainConfig
     from trot.tasks.registry import get_task, make_env
 
     entry = get_task("cartpole-balance")
     agent = dataclasses.replace(tuned(entry.agent), rollout_steps=16, desired_kl=0.0,
                                 learning_rate=1e-3, **LEARNERS[learner])
     cfg = TrainConfig(task="cartpole-balance", num_envs=16, seed=seed, agent=agent,
-                      actor_lag=lag, max_env_steps=10**12, torch_threads=1)
+                      mode=Sync(actor_lag=lag), max_env_steps=10**12, torch_threads=1)
     tr = build(cfg)
     returns = np.full(updates, np.nan)
     for i in range(updates):

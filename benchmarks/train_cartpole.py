@@ -25,10 +25,10 @@ import time
 
 from trot.agents.evaluate import run_episodes
 from trot.agents.collect import set_threads
-from trot.agents.trainer import build
+from trot.agents.learners import build
 from trot.bench import env_loop
 from trot.agents.config import tuned
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task, make_env
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trot.observation_kinds import KINDS, Sizes
+from trot.core.observation_kinds import KINDS, Sizes
 
 
 class ContractError(ValueError):
@@ -151,7 +151,7 @@ def check_layout(c: dict, model) -> None:
                                 f"not within model.xml's {kind.extent(model)} values")
         if "points" in src and not np.allclose(src["points"], kind.to_json(as_term)["points"]):
             raise ContractError(f"{where}: its scan points are not those of its grid "
-                                f"{src['grid']} (trot/heightfield.py scan_offsets)")
+                                f"{src['grid']} (trot/core/heightfield.py scan_offsets)")
         start += term["size"]
     if start != c["obs_dim"]:
         raise ContractError(f"policy.json observation slots end at {start}, obs_dim is "

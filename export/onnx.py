@@ -21,7 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
-from trot.runs import load_run, temp_prefix
+from trot.core.files import temp_prefix
+from trot.agents.runs import load_run
 from trot.tasks.env import Env
 
 OPSET = 18
@@ -182,7 +183,7 @@ def export_run(run_dir: Path, out: Path | None = None, quiet: bool = False) -> P
     # MuJoCo C gives both for a run trained on any backend (an mjx run compiles no MJX here).
     run = load_run(run_dir, num_envs=64, sim="cpu")
     return export_policy(run.env, DeployedPolicy(run.ac.actor), run.env.task.config,
-                         run.state["env_steps"], run_dir if out is None else Path(out), quiet)
+                         run.checkpoint.counters.env_steps, run_dir if out is None else Path(out), quiet)
 
 
 def export_policy(env: Env, policy: DeployedPolicy, task_config: Any, env_steps: int,

@@ -248,7 +248,7 @@ class ObservationBuilder:
     def height_maps(self):
         """The model's heightfields and ground plane, for a height scan (sim2sim)."""
         if self._maps is None:
-            from trot.heightfield import height_maps
+            from trot.core.heightfield import height_maps
 
             self._maps = height_maps(self._model)
         return self._maps

@@ -15,7 +15,7 @@ import torch
 
 from trot.export.checks import ContractError, same_values
 from trot.export.runner import ObservationBuilder, OnnxPolicy
-from trot.runs import course_changes
+from trot.agents.runs import course_changes
 from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 from trot.tasks.base import Task
 from trot.tasks.observation import make_layout

@@ -18,7 +18,7 @@ from trot.tasks import mirror
 from trot.tasks.base import Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
 from trot.tasks.stats import EpisodeStats
-from trot.observation_kinds import KINDS
+from trot.core.observation_kinds import KINDS
 from trot.tasks.observation import (ObsLayout, ObsPlan, build_obs, compile_layout, make_layout,
                                     pool_columns)
 

@@ -3,7 +3,7 @@ the policy observation, the critic observation and the action.
 
 A task declares its mirror as data (`Task.mirror` -> `Mirror`: joint pairs with signs,
 and the command's signs); each observation term is mirrored by its kind's rule
-(trot/observation_kinds.py: sensors by their MuJoCo type and object, qpos/qvel slices by
+(trot/core/observation_kinds.py: sensors by their MuJoCo type and object, qpos/qvel slices by
 their joints, the command and last action as declared) or by its own `ObsTerm.mirror`.
 A map is `x -> x[..., perm] * signs`, exact only where the term's offset and scale are
 mirror-symmetric, which `observation_map` checks.
@@ -17,7 +17,7 @@ import mujoco
 import torch
 from torch import Tensor
 
-from trot.observation_kinds import KINDS, MirrorContext
+from trot.core.observation_kinds import KINDS, MirrorContext
 from trot.tasks.observation import ObsLayout
 
 

@@ -7,7 +7,7 @@ last action; `qpos`/`qvel` slices, `data` (a slice of a flattened MjData field t
 tracks, `Task.data_fields`, optionally clipped first) and `param` (a slice of a flattened
 per-env model parameter, e.g. the randomized floor friction) exist for privileged terms;
 `height_scan` is the base's height above the terrain at a grid of points around it
-(trot/heightfield.py), privileged by default (on a robot it comes from perception);
+(trot/core/heightfield.py), privileged by default (on a robot it comes from perception);
 `clock` is a gait clock's [sin, cos] phase, from the time since the episode began.
 The robot runner (export/runner.py) refuses `data` and `param` terms: no robot measures them.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trot.observation_kinds import KINDS, Sizes
+from trot.core.observation_kinds import KINDS, Sizes
 
-SOURCE_KINDS: tuple[str, ...] = tuple(KINDS)  # one definition each: trot/observation_kinds.py
+SOURCE_KINDS: tuple[str, ...] = tuple(KINDS)  # one definition each: trot/core/observation_kinds.py
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ObsTerm:
     """for kind='data'/'param': clamp raw values to [lo, hi] before offset and scale"""
     grid: tuple[float, float, float] = ()
     """for kind='height_scan': (length x, length y, spacing) of the scan grid (m), centred
-    on the base in its yaw-aligned frame (trot/heightfield.py); (0, 0, 1) is the one point
+    on the base in its yaw-aligned frame (trot/core/heightfield.py); (0, 0, 1) is the one point
     under the base. `start` is the base's free-joint qpos address"""
     episode_offset: float = 0.0
     """for kind='height_scan': half-width (m) of a per-episode vertical offset U(-x, x),
@@ -62,7 +62,7 @@ class ObsTerm:
     """for kind='clock': the cycle (s) of its [sin, cos] phase features"""
     mirror: tuple[float, ...] = ()
     """signs of the term's values under the left-right mirror, order kept (symmetry
-    augmentation); empty: its kind's rule (trot/observation_kinds.py), which data/param
+    augmentation); empty: its kind's rule (trot/core/observation_kinds.py), which data/param
     terms lack"""
 
     def __post_init__(self) -> None:

@@ -14,9 +14,13 @@ import torch
 from trot.agents.a3c import RMSPROP, HogwildStep, new_rmsprop_state
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic
+from trot.agents.loop import save
+from trot.agents.train_config import A3C, Sync, TrainConfig
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
-from trot.faults import CRASH_ENV, CRASH_EXIT
+from trot.cli_train import parse_train
+from trot.core.faults import CRASH_ENV, CRASH_EXIT
+
+A3C_CFG = TrainConfig(mode=A3C(workers=2), algo="a2c", num_envs=8)
 
 CFG = PPOConfig(actor_hidden=(8,), critic_hidden=(8,))
 
@@ -69,15 +73,15 @@ def test_a3c_checkpoint_restores_the_shared_rmsprop_state():
     """A resumed A3C run steps on from the saved RMSProp statistics. Catches a resume that
     loads them into tensors the workers never see (torch's load_state_dict makes new ones)
     and restarts RMSProp from zero."""
-    from trot.agents.a3c import A3C
+    from trot.agents.a3c import A3C as A3CLearner
 
-    cfg = TrainConfig(algo="a3c", workers=2, num_envs=8)
-    run = A3C(cfg)
+    run = A3CLearner(A3C_CFG, Path("."))
     for st in run.rms:
         st["square_avg"].uniform_(0.1, 1.0)
         st["step"].fill_(7.0)
     state = run.state_dict()
-    again = A3C(cfg, state)
+    again = A3CLearner(A3C_CFG, Path("."))
+    again.load_state_dict(state)
     assert again.resumes == 1
     for a, b in zip(run.rms, again.rms):
         assert torch.equal(a["square_avg"], b["square_avg"]) and float(b["step"]) == 7.0
@@ -87,33 +91,35 @@ def test_a3c_checkpoint_restores_the_shared_rmsprop_state():
 def test_a3c_never_overwrites_its_checkpoint_with_diverged_parameters(tmp_path):
     """Catches a save that writes NaN parameters over the last good checkpoint (Hogwild
     has no rollback: a step that overflows reaches the shared parameters)."""
-    import threading
-
-    from trot.agents.a3c import A3C
+    from trot.agents.a3c import A3C as A3CLearner
     from trot.agents.trainer import TrainingDiverged
 
-    run = A3C(TrainConfig(algo="a3c", workers=2, num_envs=8))
-    lock = threading.Lock()
-    run.save(tmp_path, lock)
+    run = A3CLearner(A3C_CFG, tmp_path)
+    save(run, tmp_path, 0.0)
     good = (tmp_path / "checkpoint.pt").read_bytes()
     with torch.no_grad():
         next(run.ac.parameters())[0] = float("nan")
     with pytest.raises(TrainingDiverged, match="last checkpoint was kept"):
-        run.save(tmp_path, lock)
+        save(run, tmp_path, 0.0)
     assert (tmp_path / "checkpoint.pt").read_bytes() == good
 
 
-@pytest.mark.parametrize("change, named", [
-    ({"device": "cuda"}, "device"), ({"nproc": 2}, "nproc"), ({"eval_every": 5}, "eval_every"),
-    ({"actor_lag": 1}, "actor_lag"), ({"capture": "inductor"}, "capture"),
+@pytest.mark.parametrize("flags, named", [
+    (["--device", "cuda"], "does not take device 'cuda'"),
+    (["--nproc", "2"], "--nproc is a setting of"),
+    (["--eval-every", "5"], "does not take eval_every 5"),
+    (["--actor-lag", "1"], "--actor-lag is a setting of"),
+    (["--capture", "inductor"], "does not take capture 'inductor'"),
 ])
-def test_a3c_refuses_what_it_cannot_honour(change, named):
+def test_a3c_refuses_what_it_cannot_honour(flags, named):
     """Catches a flag a3c would silently ignore (an evaluation that pauses nothing, a
-    CUDA device the shared CPU memory never reaches)."""
-    with pytest.raises(ValueError, match=f"algo a3c does not take {named}"):
-        TrainConfig(algo="a3c", **change).validate()
-    with pytest.raises(ValueError, match="workers 2 is for --algo a3c"):
-        TrainConfig(algo="ppo", workers=2).validate()
+    CUDA device the shared CPU memory never reaches): a3c's own rule, or a flag of
+    another mode, named."""
+    with pytest.raises(ValueError, match=named):
+        parse_train(["cartpole-balance", "--algo", "a3c", *flags]).validate()
+    with pytest.raises(ValueError, match="--workers is a setting of A3C"):
+        parse_train(["cartpole-balance", "--workers", "2"])
+    assert isinstance(parse_train(["cartpole-balance"]).mode, Sync)
 
 
 TRAIN = ["cartpole-balance", "--algo", "a3c", "--workers", "2", "--num-envs", "32",

@@ -21,8 +21,8 @@ import torch
 
 from trot.agents.actors import report, sums_width
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
-from trot.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
+from trot.cli_train import parse_train
+from trot.core.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
 from trot.tasks.registry import make_env
 
 TASK = "cartpole-balance"
@@ -148,12 +148,15 @@ def test_an_actors_report_has_the_learners_width_for_a_task_without_reward_terms
     assert torch.equal(rep[:3], before)
 
 
-@pytest.mark.parametrize("change, msg", [
-    ({"actors": 2, "nproc": 2}, "does not take nproc 2"),
-    ({"actors": 1, "async_collect": True, "actor_lag": 1}, "does not take actor_lag 1"),
-    ({"actor_sync": True}, "need actors >= 1"),
-    ({"central_inference": True}, "need actors >= 1"),
+@pytest.mark.parametrize("flags, msg", [
+    (["--actors", "2", "--nproc", "2"], "--nproc is a setting of PPO or A2C with one "
+                                        "learner; this run is IMPALA's decoupled actors"),
+    (["--actors", "1", "--async-collect", "--actor-lag", "1"], "--actor-lag is a setting"),
+    (["--actor-sync"], "--actor-sync is a setting of IMPALA's decoupled actors"),
+    (["--central-inference"], "--central-inference is a setting of IMPALA's"),
+    (["--actors", "1", "--sim", "mjx"], "does not take sim 'mjx'"),
 ])
-def test_actor_settings_are_checked(change, msg):
+def test_actor_settings_are_checked(flags, msg):
+    """A flag the actors' mode does not take, or one of its own without it, is named."""
     with pytest.raises(ValueError, match=msg):
-        TrainConfig(**change).validate()
+        parse_train(["cartpole-balance", *flags]).validate()

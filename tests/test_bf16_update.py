@@ -15,8 +15,8 @@ from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG res
 from trot.agents import ppo as ppo_module
 from trot.agents.config import tuned
 from trot.agents.ppo import PPO, native_bf16
-from trot.agents.trainer import build
-from trot.config import TrainConfig
+from trot.agents.learners import build
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task
 
 

@@ -22,8 +22,8 @@ import torch._dynamo
 import trot
 from trot.agents.config import tuned
 from trot.agents.ppo import _sequence_means
-from trot.agents.trainer import build
-from trot.config import TrainConfig
+from trot.agents.learners import build
+from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task
 
 

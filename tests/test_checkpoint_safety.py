@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from trot.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from trot.agents.checkpoint import (Checkpoint, CheckpointError, Counters, load_checkpoint,
+                                   save_checkpoint)
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import start_run
-from trot.config import TrainConfig
-from trot.runs import CHECKPOINT
+from trot.agents.learners import start
+from trot.agents.loop import save
+from trot.agents.runs import CHECKPOINT
+from trot.agents.train_config import TrainConfig
 
 
 class _Payload:
@@ -38,14 +40,14 @@ def crafted_run(tmp_path_factory) -> tuple[Path, Path]:
     cfg = TrainConfig(task="cartpole-balance", num_envs=2, run_dir=str(base / "run"),
                       agent=dataclasses.replace(PPOConfig(), actor_hidden=(8,),
                                                 critic_hidden=(8,)))
-    trainer, run_dir = start_run(cfg)
-    trainer.save(run_dir)  # a real checkpoint first: it loads
+    trainer, run_dir = start(cfg)
+    save(trainer, run_dir)  # a real checkpoint first: it loads
     torch.set_num_threads(threads)
-    assert load_checkpoint(run_dir / CHECKPOINT)["iteration"] == 0
+    assert load_checkpoint(run_dir / CHECKPOINT).counters.iteration == 0
     marker = base / "payload-ran"
-    state = load_checkpoint(run_dir / CHECKPOINT)
-    state["model"]["trap"] = _Payload(marker)  # otherwise a valid checkpoint
-    torch.save(state, run_dir / CHECKPOINT)
+    payload = load_checkpoint(run_dir / CHECKPOINT).payload()
+    payload["state"]["model"]["trap"] = _Payload(marker)  # otherwise a valid checkpoint
+    torch.save(payload, run_dir / CHECKPOINT)
     return run_dir, marker
 
 
@@ -73,6 +75,25 @@ def test_every_command_refuses_the_crafted_checkpoint(crafted_run, command, tmp_
 
 
 def test_saving_anything_but_tensors_and_plain_containers_is_refused(tmp_path):
-    with pytest.raises(CheckpointError, match=r"checkpoint\['extra'\]\[1\] is a numpy"):
-        save_checkpoint(tmp_path / "c.pt", {"model": {}, "extra": [1, np.zeros(3)]})
+    bad = Checkpoint("ppo", {}, Counters(), {"model": {}, "extra": [1, np.zeros(3)]})
+    with pytest.raises(CheckpointError,
+                       match=r"checkpoint\['state'\]\['extra'\]\[1\] is a numpy"):
+        save_checkpoint(tmp_path / "c.pt", bad)
     assert not list(tmp_path.iterdir())  # nothing written, not even a temporary file
+
+
+def test_a_checkpoint_of_another_format_is_refused_by_name(tmp_path):
+    """trot 0.1's flat checkpoint (no format, the model beside the counters) and a format
+    from a later trot are refused, named, with what this trot reads. Catches a loader that
+    reads an old file's keys with defaults and quietly continues another run."""
+    old = {"model": {}, "iteration": 3, "env_steps": 96, "wall_s": 1.0, "config": {}}
+    torch.save(old, tmp_path / "old.pt")
+    with pytest.raises(CheckpointError, match=r"format 1 \(trot 0\.1's.*reads format 2"):
+        load_checkpoint(tmp_path / "old.pt")
+    new = Checkpoint("ppo", {}, Counters(), {"model": {}}).payload() | {"format": 3}
+    torch.save(new, tmp_path / "new.pt")
+    with pytest.raises(CheckpointError, match=r"in checkpoint format 3; this trot reads"):
+        load_checkpoint(tmp_path / "new.pt")
+    save_checkpoint(tmp_path / "ok.pt", Checkpoint("ppo", {}, Counters(1, 2, 3.0), {}))
+    ok = load_checkpoint(tmp_path / "ok.pt")
+    assert ok.learner == "ppo" and ok.counters == Counters(1, 2, 3.0)

@@ -18,7 +18,7 @@ import torch
 import trot.agents.trainer as trainer_mod
 from trot.agents.checkpoint import load_checkpoint
 from trot.cli import main
-from trot.runs import CHECKPOINT
+from trot.agents.runs import CHECKPOINT
 
 TASK = "cartpole-balance"
 CKPT = CHECKPOINT
@@ -122,7 +122,7 @@ def test_train_eval_resume_round_trip(tmp_path, capsys):
     rows = _rows(d / "metrics.csv")
     assert len(rows) == 16
     assert [int(float(r["iteration"])) for r in rows] == list(range(1, 17))
-    assert load_checkpoint(d / CKPT)["env_steps"] == 4096
+    assert load_checkpoint(d / CKPT).counters.env_steps == 4096
     # the raised budget is the run's now: a plain resume keeps it, and one already spent
     # is refused (it would stop at once)
     assert json.loads((d / "config.json").read_text())["max_env_steps"] == 4000
@@ -133,7 +133,7 @@ def test_train_eval_resume_round_trip(tmp_path, capsys):
     assert main(["train", TASK, "--run-dir", str(d), "--max-env-steps", "100"]) != 0
     err = capsys.readouterr().err
     assert f"trot: error: {d} already holds a run: continue it with `trot train --resume" in err
-    assert load_checkpoint(d / CKPT)["env_steps"] == 4096  # untouched
+    assert load_checkpoint(d / CKPT).counters.env_steps == 4096  # untouched
 
 
 def test_eval_missing_run_dir_fails_clearly(tmp_path, capsys):
@@ -174,9 +174,9 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     assert proc.returncode == 0, out
     assert "stopped by SIGTERM" in out and "trot train --resume" in out, out
     assert str(d) in out
-    state = load_checkpoint(d / CKPT)
-    assert state["iteration"] >= 1
-    assert state["env_steps"] == state["iteration"] * 64 * 16
+    at = load_checkpoint(d / CKPT).counters
+    assert at.iteration >= 1
+    assert at.env_steps == at.iteration * 64 * 16
     assert not [p for p in os.listdir(d) if p.endswith(".tmp")]
 
 

@@ -16,8 +16,8 @@ import torch
 from trot.agents.evaluate import EVAL_SEED, run_episodes
 from trot.agents.logger import _cell
 from trot.cli import main
-from trot.faults import DELAY_ENV
-from trot.runs import load_run
+from trot.core.faults import DELAY_ENV
+from trot.agents.runs import load_run
 from trot.tasks.registry import make_env
 
 # 8 envs x 8 steps = 64 env steps an iteration; 2 s episodes: an evaluation is 100 steps
@@ -95,7 +95,7 @@ def test_locomotion_eval_has_noise_off_and_the_task_metrics(tmp_path):
 
 
 def test_training_clock_excludes_the_evaluations(tmp_path, monkeypatch):
-    """Each evaluation made to last 2 s more (trot/faults.py's delay at "evaluated", inside
+    """Each evaluation made to last 2 s more (trot/core/faults.py's delay at "evaluated", inside
     the evaluation): two of them, and metrics.csv's wall_s and steps/s stay those of the
     training alone. The bug: the clock running through the evaluations, so wall-clock
     curves and the --minutes budget count evaluation time as training."""

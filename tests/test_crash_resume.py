@@ -1,4 +1,4 @@
-"""A run killed at chosen points (trot/faults.py: deterministic, unlike random kills) and
+"""A run killed at chosen points (trot/core/faults.py: deterministic, unlike random kills) and
 resumed: metrics.csv and TensorBoard continue from the checkpoint with no repeated or
 out-of-order iteration, and the temporary files a crashed writer left are removed while a
 live writer's are kept."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trot.faults import CRASH_ENV, CRASH_EXIT
+from trot.core.faults import CRASH_ENV, CRASH_EXIT
 
 # 8 envs x 8 steps = 64 env steps an iteration, a checkpoint every 3 iterations
 TRAIN = ["cartpole-balance", "--num-envs", "8", "--agent.rollout-steps", "8",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trot.runs import read_checkpoint
+from trot.agents.runs import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("--num-envs 8 --env.tile-size 3 --env.terrain-rows 3 --env.terrain-cols 7 "
@@ -37,15 +37,15 @@ def test_three_runs_their_minutes_and_a_second_call_that_trains_nothing(tmp_path
         rows = {r["policy"]: {k: float(v or "nan") for k, v in r.items() if k != "policy"}
                 for r in csv.DictReader(f)}
     assert list(rows) == ["teacher", "student", "blind"]
-    own = {name: read_checkpoint(tmp_path / "runs" / name)["wall_s"] / 60 for name in rows}
+    own = {name: read_checkpoint(tmp_path / "runs" / name).counters.wall_s / 60 for name in rows}
     assert rows["student"]["minutes"] == pytest.approx(rows["teacher"]["minutes"]
                                                        + own["student"], rel=1e-12)
     assert own["teacher"] >= 0.01 and own["student"] >= 0.005 and own["blind"] >= 0.015
     for name, row in rows.items():
         assert row["own_minutes"] == own[name] and 0.0 <= row["terrain_level"] <= 2.0
         assert 0.0 <= row["fall_rate"] <= 1.0 and any(k.startswith("crossed_") for k in row)
-    steps = {n: read_checkpoint(tmp_path / "runs" / n)["env_steps"] for n in rows}
+    steps = {n: read_checkpoint(tmp_path / "runs" / n).counters.env_steps for n in rows}
     bench.train_all(bench.parse_args(args))  # what a second call does before evaluating
     again = capsys.readouterr().out
     assert "trot train" not in again and "trot distill" not in again
-    assert steps == {n: read_checkpoint(tmp_path / "runs" / n)["env_steps"] for n in rows}
+    assert steps == {n: read_checkpoint(tmp_path / "runs" / n).counters.env_steps for n in rows}

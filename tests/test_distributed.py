@@ -25,7 +25,7 @@ from trot.agents.distributed import Comm, init_from_env, pin_gpu, rank_seed, shu
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
-from trot.config import TrainConfig
+from trot.agents.train_config import Sync, TrainConfig
 
 TASK = "cartpole-balance"
 
@@ -78,12 +78,13 @@ def _state_vector(trainer) -> torch.Tensor:
 
 
 def _train_worker(rank: int, port: int, out: str, iters: int) -> None:
-    from trot.agents.trainer import build
+    from trot.agents.learners import build
 
     comm = _join(rank, 2, port)
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(32, 32),
                                 activation="relu", rollout_steps=16, epochs=2, minibatches=2)
-    cfg = TrainConfig(task=TASK, num_envs=128, agent=agent, max_env_steps=10**8, nproc=2)
+    cfg = TrainConfig(task=TASK, num_envs=128, agent=agent, max_env_steps=10**8,
+                      mode=Sync(nproc=2))
     trainer = build(cfg, comm)
     identical, returns = [], []
     for _ in range(iters):
@@ -206,8 +207,8 @@ def test_a_dead_or_hung_rank_ends_the_job_with_a_clear_error(tmp_path, fault):
     assert procs[0].returncode != 0
     assert "another rank has probably died or hangs" in err, err[-2000:]
     assert waited < timeout_s + 30
-    state = load_checkpoint(run_dir / "checkpoint.pt")  # the last good one loads
-    assert len(state["ranks"]) == 2 and state["iteration"] >= 1
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt")  # the last good one loads
+    assert len(ckpt.state["ranks"]) == 2 and ckpt.counters.iteration >= 1
 
 
 # ---------------------------------------------------------------------- launch and resume
@@ -235,8 +236,8 @@ def test_ctrl_c_stops_a_launched_job_cleanly(tmp_path):
     assert p.returncode == 0, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     assert f"trot train --resume {run_dir}" in out
-    state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert len(state["ranks"]) == 2 and state["iteration"] >= 1
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt")
+    assert len(ckpt.state["ranks"]) == 2 and ckpt.counters.iteration >= 1
 
 
 def _trot(*args: str, cwd: Path) -> str:
@@ -360,7 +361,7 @@ def test_a_rank_late_to_shutdown_still_exits_cleanly(tmp_path):
 
 def test_a_crashed_rank_is_named_with_its_exit_code_and_last_lines(tmp_path):
     """Rank 0 alone logs, so TROT_CRASH_AT=logged:2 kills only rank 0 (os._exit(86))."""
-    from trot.faults import CRASH_EXIT
+    from trot.core.faults import CRASH_EXIT
 
     env = dict(os.environ, TROT_CRASH_AT="logged:2")
     p = subprocess.run(_small_run(tmp_path / "run"), env=env, cwd=tmp_path, text=True,
@@ -423,7 +424,7 @@ def test_thread_pools_follow_the_affinity():
 def test_resuming_with_another_process_count_is_refused():
     """Each rank's envs and random streams are in the checkpoint: a job of another size
     cannot continue it exactly, and is told how to resume instead of starting fresh envs."""
-    from trot.agents.trainer import build
+    from trot.agents.learners import build
 
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,),
                                 rollout_steps=4)

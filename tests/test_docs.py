@@ -187,7 +187,7 @@ def test_default_budgets_table_is_the_registry_and_train_help_shows_it():
     """The table in docs/tasks.md states each task's registered budget; `trot train NAME
     --help` shows it as the default. The bugs: a budget registered but ignored by the CLI
     (5,000,000 shown), or the docs left stale after a budget changed."""
-    from trot.config import TrainConfig
+    from trot.agents.train_config import TrainConfig
     from trot.tasks.registry import get_task, task_names
 
     text = DOC.read_text().split("## Default budgets", 1)[1]

@@ -21,16 +21,17 @@ import torch
 from contract_edit import edited_export
 
 import trot.export.onnx as export_onnx
+from trot.agents.loop import train
 from trot.agents.checkpoint import load_checkpoint
 from trot.agents.config import PPOConfig
 from trot.agents.evaluate import evaluate
-from trot.agents.trainer import start_run
+from trot.agents.learners import start
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
 from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy
 from trot.export.sim2sim import run_sim2sim
-from trot.runs import CHECKPOINT, load_run
+from trot.agents.runs import CHECKPOINT, load_run
 
 TASK = "cartpole-balance"
 TOL = 1e-5
@@ -51,8 +52,8 @@ def _isolate(tmp_path, monkeypatch):
 def _train(run_dir: Path, num_envs: int, steps: int, agent: PPOConfig, seed: int = 0):
     cfg = TrainConfig(task=TASK, num_envs=num_envs, max_env_steps=steps, seed=seed,
                       run_dir=str(run_dir), agent=agent)
-    trainer, run_dir = start_run(cfg)
-    trainer.train(run_dir, quiet=True)
+    trainer, run_dir = start(cfg)
+    train(trainer, run_dir, quiet=True)
     return trainer, run_dir
 
 
@@ -319,7 +320,7 @@ def test_contract_content(small_run):
     env = run.env
 
     assert c["task"] == TASK
-    assert c["training_env_steps"] == load_checkpoint(small_run / CHECKPOINT)["env_steps"] > 0
+    assert c["training_env_steps"] == load_checkpoint(small_run / CHECKPOINT).counters.env_steps > 0
     assert c["opset"] == OPSET
     assert c["control_dt"] == pytest.approx(0.02) and c["physics_dt"] == pytest.approx(0.01)
     assert c["substeps"] == 2
@@ -363,10 +364,10 @@ def test_sim2sim_agrees_with_eval(tmp_path):
     Training stops as soon as the deterministic policy balances (usually after 100k steps)."""
     cfg = TrainConfig(task=TASK, num_envs=256, max_env_steps=100_000, seed=0,
                       run_dir=str(tmp_path / "run"))
-    trainer, run_dir = start_run(cfg)
+    trainer, run_dir = start(cfg)
     for budget in range(100_000, 300_001, 25_000):
         trainer.cfg = dataclasses.replace(trainer.cfg, max_env_steps=budget)
-        trainer.train(run_dir, quiet=True)
+        train(trainer, run_dir, quiet=True)
         ev = evaluate(run_dir, episodes=16)
         if ev["mean_return"] >= 0.95 * ev["max_return"]:
             break

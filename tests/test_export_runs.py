@@ -1,4 +1,4 @@
-"""Reading a run back (trot/runs.py) for export, eval and play: a run trained on the mjx
+"""Reading a run back (agents/runs.py) for export, eval and play: a run trained on the mjx
 backend exports (and, with --sim cpu, evaluates and plays) without importing JAX. The
 export's own contract checks: one the exporter would write wrong is refused before anything
 is written, and a robot whose standing keyframe is not named 'home' gets its own."""
@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from trot.agents.loop import train
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import start_run
-from trot.config import TrainConfig
+from trot.agents.learners import start
+from trot.agents.train_config import TrainConfig
 from trot.export import contract
 from trot.export.checks import check_model
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
@@ -37,8 +38,8 @@ def mjx_run(tmp_path_factory) -> Path:
     agent = PPOConfig(actor_hidden=(16,), critic_hidden=(16,))
     cfg = TrainConfig(task="cartpole-balance", num_envs=16, max_env_steps=16 * 16, seed=0,
                       run_dir=str(base / "run"), agent=agent)
-    trainer, run_dir = start_run(cfg)
-    trainer.train(run_dir, quiet=True)
+    trainer, run_dir = start(cfg)
+    train(trainer, run_dir, quiet=True)
     torch.set_num_threads(threads)
     torch.set_rng_state(rng)
     path = Path(run_dir) / "config.json"

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import trot
+from trot.agents.loop import train
 from trot.export.runner import ObservationBuilder
 from trot.tasks.g1 import G1, JOINTS
 from trot.tasks.gait import GaitTracker
@@ -323,8 +324,8 @@ def test_sim2sim_clock_follows_the_episode(tmp_path, monkeypatch):
     fails here. Also eval and sim2sim both report the gait metrics."""
     from trot.agents.config import PPOConfig
     from trot.agents.evaluate import evaluate
-    from trot.agents.trainer import start_run
-    from trot.config import TrainConfig
+    from trot.agents.learners import start
+    from trot.agents.train_config import TrainConfig
     from trot.export.onnx import export_run
     from trot.export.sim2sim import PlainRunner, run_sim2sim
 
@@ -334,8 +335,8 @@ def test_sim2sim_clock_follows_the_episode(tmp_path, monkeypatch):
     env_cfg = dataclasses.replace(get_task("g1-flat").config, episode_seconds=1.0)
     cfg = TrainConfig(task="g1-flat", num_envs=8, max_env_steps=32, agent=agent,
                       env=env_cfg, run_dir=str(tmp_path / "run"))
-    trainer, run_dir = start_run(cfg)
-    trainer.train(run_dir, quiet=True)
+    trainer, run_dir = start(cfg)
+    train(trainer, run_dir, quiet=True)
     export_run(run_dir, quiet=True)
     r = PlainRunner(run_dir)
     term = next(t for t in r.policy.contract["observation"] if t["name"] == "gait_clock")

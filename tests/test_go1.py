@@ -13,6 +13,7 @@ import torch
 
 import trot
 import trot.tasks.go1 as go1  # registers go1-flat
+from trot.agents.loop import train
 from trot.tasks.legged_config import LeggedConfig
 from trot.tasks.terms import commands as loco
 from trot.tasks.terms.body import Step
@@ -449,8 +450,8 @@ def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
 
     from trot.agents.config import PPOConfig
     from trot.agents.evaluate import evaluate
-    from trot.agents.trainer import start_run
-    from trot.config import TrainConfig
+    from trot.agents.learners import start
+    from trot.agents.train_config import TrainConfig
     from trot.export.onnx import export_run
     from trot.export.sim2sim import run_sim2sim
 
@@ -460,8 +461,8 @@ def test_eval_and_sim2sim_report_the_locomotion_metrics(tmp_path, monkeypatch):
     env_cfg = dataclasses.replace(get_task("go1-flat").config, episode_seconds=2.0)
     cfg = TrainConfig(task="go1-flat", num_envs=16, max_env_steps=64, agent=agent,
                       env=env_cfg, run_dir=str(tmp_path / "run"))
-    trainer, run_dir = start_run(cfg)
-    trainer.train(run_dir, quiet=True)
+    trainer, run_dir = start(cfg)
+    train(trainer, run_dir, quiet=True)
     export_run(run_dir, quiet=True)
     keys = {"lin_vel_error", "yaw_rate_error", "fall_rate", "episode_seconds",
             "energy_per_meter", "terminated_rate", "mean_length"}

@@ -17,7 +17,7 @@ import torch
 import trot
 from trot.agents.config import tuned
 from trot.agents.trainer import Trainer
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.tasks.env import Env
 from trot.tasks.hosted import HostedEnv
 from trot.tasks.registry import get_task

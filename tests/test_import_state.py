@@ -138,7 +138,7 @@ def test_registered_agent_overrides_are_read_and_unknown_names_refused():
         tuned((("epoch", 3),))
 
 
-READERS = ["trot.runs", "trot.export.runner", "trot.export.contract", "trot.export.onnx",
+READERS = ["trot.agents.runs", "trot.export.runner", "trot.export.contract", "trot.export.onnx",
            "trot.export.sim2sim", "trot.agents.evaluate", "trot.play"]
 NO_LOOP = r"""
 import importlib, json, sys
@@ -154,7 +154,7 @@ print(json.dumps(out))
 
 
 def test_reading_a_run_does_not_import_the_training_loop():
-    """Export, evaluation, play and sim2sim read a run directory (trot/runs.py) and never
+    """Export, evaluation, play and sim2sim read a run directory (agents/runs.py) and never
     import the training loop, directly or through another module. The bug: runs.py taking
     the checkpoint's file name from agents/trainer.py, so exporting a policy on a robot's
     computer imports the trainer, its distributed layer and everything they import."""

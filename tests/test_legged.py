@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from trot.agents.loop import save
 from trot.tasks.g1 import G1
 from trot.tasks.go1 import GO1
 from trot.tasks.go2 import GO2
@@ -124,16 +125,16 @@ def test_runner_maps_the_robots_own_joint_order(tmp_path):
     """Hardware orders motors its own way (Unitree's SDK: FR, FL, RR, RL; go2.xml and the
     policy: FL, FR, RL, RR). The runner permutes per-joint arrays both ways by name."""
     from trot.agents.config import PPOConfig
-    from trot.agents.trainer import start_run
-    from trot.config import TrainConfig
+    from trot.agents.learners import start
+    from trot.agents.train_config import TrainConfig
     from trot.export.onnx import export_run
     from trot.export.runner import ContractError, OnnxPolicy
 
     threads = torch.get_num_threads()
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,))
-    trainer, run = start_run(TrainConfig(task="go2-flat", num_envs=2, agent=agent,
+    trainer, run = start(TrainConfig(task="go2-flat", num_envs=2, agent=agent,
                                          run_dir=str(tmp_path / "run")))
-    trainer.save(run)
+    save(trainer, run)
     export_run(run, quiet=True)
     torch.set_num_threads(threads)
     sdk = [f"{leg}_{j}_joint" for leg in ("FR", "FL", "RR", "RL")

@@ -11,15 +11,16 @@ import pytest
 import torch
 from contract_edit import edited_export
 
+from trot.agents.loop import train
 from trot.agents.config import PPOConfig
 from trot.agents.networks import Acting, Actor, reset_state
 from trot.agents.ppo import PPO, _sequence_means
 from trot.agents.storage import Batch, Sequences
-from trot.agents.trainer import build, start_run
-from trot.config import TrainConfig
+from trot.agents.learners import build, start
+from trot.agents.train_config import TrainConfig
 from trot.export.onnx import ExportError, export_run
 from trot.export.runner import ContractError, OnnxPolicy
-from trot.runs import load_run
+from trot.agents.runs import load_run
 from trot.tasks.registry import get_task, make_env
 
 TASK = "cartpole-balance"
@@ -191,8 +192,8 @@ def _trained(tmp: Path, agent: dict, env: dict, steps: int = 64 * 16 * 3) -> Pat
     cfg = TrainConfig(task=TASK, num_envs=64, max_env_steps=steps, seed=0,
                       run_dir=str(tmp), agent=dataclasses.replace(PPOConfig(), **agent),
                       env=dataclasses.replace(get_task(TASK).config, **env))
-    trainer, run_dir = start_run(cfg)
-    trainer.train(run_dir, quiet=True)
+    trainer, run_dir = start(cfg)
+    train(trainer, run_dir, quiet=True)
     export_run(run_dir, quiet=True)
     return run_dir
 

@@ -119,7 +119,7 @@ def test_a_wrong_command_mirror_is_caught():
 
 def test_a_wrong_sensor_rule_is_caught(monkeypatch):
     """The gyro mirrored as a polar vector (y flips) instead of an axial one (x, z flip)."""
-    import trot.observation_kinds as kinds
+    import trot.core.observation_kinds as kinds
 
     rule = kinds._sensor_signs
     gyro = int(mujoco.mjtSensor.mjSENS_GYRO)
@@ -142,7 +142,7 @@ def _trained(symmetry: str, iterations: int = 12):
     """go2-flat trained briefly (64 envs, 8-step rollouts, small nets)."""
     from trot.agents.config import tuned
     from trot.agents.trainer import Trainer
-    from trot.config import TrainConfig
+    from trot.agents.train_config import TrainConfig
 
     agent = dataclasses.replace(tuned(get_task("go2-flat").agent), symmetry=symmetry,
                                 rollout_steps=8, actor_hidden=(64, 64),
@@ -183,7 +183,7 @@ def test_symmetry_augmentation_makes_the_policy_equivariant_and_the_normalizer_s
 def test_symmetry_needs_a_task_mirror():
     from trot.agents.config import PPOConfig
     from trot.agents.trainer import Trainer
-    from trot.config import TrainConfig
+    from trot.agents.train_config import TrainConfig
 
     env = make_env("cartpole-balance", num_envs=8)
     with pytest.raises(ValueError, match="declares no left-right mirror"):
@@ -227,7 +227,7 @@ def test_kl_of_the_augmented_batch_measures_policy_change_only():
     change and the adaptive rate falls."""
     from trot.agents.config import tuned
     from trot.agents.trainer import Trainer
-    from trot.config import TrainConfig
+    from trot.agents.train_config import TrainConfig
 
     agent = dataclasses.replace(tuned(get_task("go2-flat").agent), symmetry="augment",
                                 rollout_steps=4, epochs=1, minibatches=1,

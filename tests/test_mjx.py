@@ -33,9 +33,10 @@ from test_env import _check_guard, _obs_from_sensordata  # noqa: E402
 from test_sim_cpu import check_set_params_rejects_bad_input, check_state_dict_round_trip  # noqa: E402
 
 import trot  # noqa: E402
+from trot.agents.loop import save
 from trot.agents.config import PPOConfig  # noqa: E402
-from trot.agents.trainer import build  # noqa: E402
-from trot.config import TrainConfig  # noqa: E402
+from trot.agents.learners import build
+from trot.agents.train_config import TrainConfig  # noqa: E402
 from trot.sim.base import RANDOMIZABLE_FIELDS  # noqa: E402
 from trot.sim.cpu import CpuSim  # noqa: E402
 from trot.sim.mjx import IMPL_ENV, MjxSim, resolve_impl, to_jax, warp_available  # noqa: E402
@@ -507,8 +508,8 @@ def test_training_resume_is_bitwise_identical(tmp_path):
     """Trainer checkpoints hold the mjx sim state: a resumed run continues exactly."""
     from pathlib import Path
 
-    from trot.agents.trainer import resume_run
-    from trot.config import save_json
+    from trot.agents.learners import resume
+    from trot.agents.train_config import save_json
 
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16),
                                 rollout_steps=8)
@@ -524,8 +525,8 @@ def test_training_resume_is_bitwise_identical(tmp_path):
     run_dir.mkdir(parents=True)
     save_json(run_dir / "config.json", cfg)
     m_split = [drop(first.iterate()) for _ in range(2)]
-    first.save(run_dir)
-    second = resume_run(run_dir)
+    save(first, run_dir)
+    second = resume(run_dir)[0]
     m_split += [drop(second.iterate()) for _ in range(2)]
     assert m_split == m_straight
     assert torch.equal(second.env.sim.qpos, straight.env.sim.qpos)

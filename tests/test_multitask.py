@@ -14,10 +14,10 @@ from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG res
 from trot.agents.config import PPOConfig
 from trot.agents.multitask import task_view
 from trot.agents.normalization import PopArt
-from trot.agents.trainer import build
+from trot.agents.learners import build
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
-from trot.runs import read_checkpoint
+from trot.agents.train_config import Tasks, TrainConfig
+from trot.agents.runs import read_checkpoint
 from trot.tasks.registry import make_task_envs
 
 TASKS = ("cartpole-balance", "cartpole-swingup-x100")
@@ -26,7 +26,7 @@ AGENT = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(3
 
 
 def _trainer(agent: PPOConfig = AGENT, popart_tasks: str = "per-task", n: int = 48):
-    return build(TrainConfig(task=TASKS[0], with_tasks=TASKS[1:], num_envs=n, export=False,
+    return build(TrainConfig(task=TASKS[0], mode=Tasks(TASKS[1:]), num_envs=n, export=False,
                              agent=dataclasses.replace(agent, popart_tasks=popart_tasks)))
 
 
@@ -143,9 +143,9 @@ def test_task_shares_from_the_cli_split_the_envs_and_survive_resume(tmp_path, ca
     assert cli_main(base + ["--task-shares", "3", "1", "--max-env-steps", str(16 * 16)]) == 0
     assert cli_main(["train", "--resume", str(run), "--max-env-steps", str(2 * 16 * 16)]) == 0
     assert json.loads((run / "config.json").read_text())["task_shares"] == [3.0, 1.0]
-    assert read_checkpoint(run)["env_steps"] == 2 * 16 * 16
+    assert read_checkpoint(run).counters.env_steps == 2 * 16 * 16
     for task, envs in zip(TASKS, (12, 4)):
-        assert read_checkpoint(run / f"task_{task}")["env_steps"] == 2 * 16 * envs
+        assert read_checkpoint(run / f"task_{task}").counters.env_steps == 2 * 16 * envs
     capsys.readouterr()
     other = ["--run-dir", str(tmp_path / "other")]
     assert cli_main(base + ["--task-shares", "1"] + other) == 2
@@ -168,7 +168,7 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
     assert cli_main(base + ["--max-env-steps", steps(6), "--run-dir", str(straight)]) == 0
     assert cli_main(base + ["--max-env-steps", steps(3), "--run-dir", str(split)]) == 0
     assert cli_main(["train", "--resume", str(split), "--max-env-steps", steps(6)]) == 0
-    a, b = read_checkpoint(straight)["model"], read_checkpoint(split)["model"]
+    a, b = read_checkpoint(straight).model, read_checkpoint(split).model
     assert all(torch.equal(a[k], b[k]) for k in a)
     header = (split / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {f"{t}/episode_return" for t in TASKS} <= set(header)
@@ -186,7 +186,7 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
     cfg = json.loads((swing / "config.json").read_text())
     assert cfg["task"] == TASKS[1] and cfg["with_tasks"] == [] and cfg["env"][
         "episode_seconds"] == 0.5
-    assert read_checkpoint(swing)["env_steps"] == 6 * 16 * 16  # its 16 envs' share
+    assert read_checkpoint(swing).counters.env_steps == 6 * 16 * 16  # its 16 envs' share
     capsys.readouterr()
     assert cli_main(["eval", str(swing), "--episodes", "4"]) == 0
     assert cli_main(["export", str(split)]) == 0  # one contract per task

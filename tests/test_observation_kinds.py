@@ -1,4 +1,4 @@
-"""The table of observation kinds (trot/observation_kinds.py): for every kind a robot can
+"""The table of observation kinds (trot/core/observation_kinds.py): for every kind a robot can
 read, the env side (a gather from the batched pool) and the robot side (the runner's
 ObservationBuilder on a plain MjData) give the same numbers for the same state; the
 privileged kinds are refused on the robot, naming the kinds it accepts."""
@@ -15,7 +15,7 @@ import torch
 
 from trot.export.checks import ContractError, check_layout
 from trot.export.runner import ObservationBuilder
-from trot.observation_kinds import KINDS
+from trot.core.observation_kinds import KINDS
 from trot.tasks.cartpole import BALANCE, Cartpole
 from trot.tasks.env import Env
 from trot.tasks import terrain

@@ -11,16 +11,18 @@ import pytest
 from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG restored)
 from test_trainer import _assert_same, _new_run, _no_wall
 
+from trot.agents.loop import save
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import build, resume_run
-from trot.config import TrainConfig
+from trot.agents.learners import build, resume
+from trot.agents.train_config import Sync, TrainConfig
 
 
 def _cfg(tmp_path, overlap: bool, name: str = "run") -> TrainConfig:
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16),
                                 rollout_steps=8)
     return TrainConfig(task="cartpole-balance", num_envs=16, agent=agent, max_env_steps=10**7,
-                       actor_lag=1, async_collect=overlap, torch_threads=1, update_threads=1,
+                       mode=Sync(actor_lag=1, async_collect=overlap), torch_threads=1,
+                       update_threads=1,
                        run_dir=str(tmp_path / name))
 
 
@@ -78,9 +80,9 @@ def test_async_collect_resumes_bitwise(tmp_path):
     m_straight = [_no_wall(straight.iterate()) for _ in range(4)]
     first, run_dir = _new_run(_cfg(tmp_path, True))
     m_split = [_no_wall(first.iterate()) for _ in range(2)]
-    first.save(run_dir)
+    save(first, run_dir)
     del first
-    second = resume_run(run_dir)
+    second = resume(run_dir)[0]
     assert second.collector.prefetch.pending is not None
     m_split += [_no_wall(second.iterate()) for _ in range(2)]
     assert m_split == m_straight
@@ -110,6 +112,6 @@ def test_a_collector_error_is_raised_by_iterate(tmp_path):
 
 def test_async_collect_needs_actor_lag_one():
     with pytest.raises(ValueError, match="actor_lag=1"):
-        TrainConfig(async_collect=True).validate()
+        TrainConfig(mode=Sync(async_collect=True)).validate()
     with pytest.raises(ValueError, match="actor_lag=2"):
-        TrainConfig(async_collect=True, actor_lag=2).validate()
+        TrainConfig(mode=Sync(async_collect=True, actor_lag=2)).validate()

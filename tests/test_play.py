@@ -19,10 +19,11 @@ import torch
 from PIL import Image
 
 import trot
+from trot.agents.loop import save
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import start_run
+from trot.agents.learners import start
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 from trot.play import PlayArgs, make_camera, overlay_lines, render_model, render_run
 
 TASK = "cartpole-balance"
@@ -60,8 +61,8 @@ def fresh_run(tmp_path_factory) -> Path:
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16))
     cfg = TrainConfig(task=TASK, num_envs=4, run_dir=str(base / "run"), agent=agent)
-    trainer, run_dir = start_run(cfg)
-    trainer.save(run_dir)
+    trainer, run_dir = start(cfg)
+    save(trainer, run_dir)
     torch.set_num_threads(threads)
     torch.set_rng_state(rng)
     return run_dir
@@ -162,9 +163,9 @@ def test_play_on_the_terrain_course_skips_to_a_later_tile(gl, tmp_path):
     cfg = dataclasses.replace(trot.tasks.get_task("go1-rough").config, tile_size=3.0,
                               terrain_rows=2, terrain_cols=7, terrain_border=1.5)
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,))
-    trainer, run_dir = start_run(TrainConfig(task="go1-rough", num_envs=4, env=cfg,
+    trainer, run_dir = start(TrainConfig(task="go1-rough", num_envs=4, env=cfg,
                                              run_dir=str(tmp_path / "run"), agent=agent))
-    trainer.save(run_dir)
+    save(trainer, run_dir)
     args = PlayArgs(course=True, seconds=0.2, width=96, height=72, overlay=False)
     first, _, _ = render_run(run_dir, args)
     later, _, _ = render_run(run_dir, dataclasses.replace(args, skip=1))

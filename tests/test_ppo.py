@@ -15,7 +15,7 @@ from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic, Linear, mlp
 from trot.agents.ppo import PPO, adapt_lr, surrogate_loss, value_loss
 from trot.agents.storage import Batch
-from trot.config import TrainConfig
+from trot.agents.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 OBS, COBS, ACT, B = 5, 7, 2, 48

@@ -26,8 +26,8 @@ from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Batch
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
-from trot.faults import DELAY_ENV
+from trot.agents.train_config import Sync, TrainConfig
+from trot.core.faults import DELAY_ENV
 
 TASK = "cartpole-balance"
 CFG = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,), epochs=1,
@@ -96,13 +96,13 @@ class _Counted:
 
 
 def _trainer(comm: Comm, preempt: float, num_envs: int, hidden: int, epochs: int):
-    from trot.agents.trainer import build
+    from trot.agents.learners import build
 
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(hidden, hidden),
                                 critic_hidden=(hidden, hidden), activation="relu",
                                 rollout_steps=16, epochs=epochs, minibatches=2)
     return build(TrainConfig(task=TASK, num_envs=num_envs, agent=agent, max_env_steps=10**8,
-                             nproc=2, preempt_fraction=preempt), comm)
+                             mode=Sync(nproc=2, preempt_fraction=preempt)), comm)
 
 
 # the pace runs' delays: 5 ms per control step on both ranks, and 10 ms more on rank 1
@@ -197,13 +197,13 @@ def test_preemption_from_the_cli_leaves_a_run_trot_eval_loads(tmp_path, capsys):
     assert cli_main(["eval", str(run), "--episodes", "4"]) == 0
 
 
-@pytest.mark.parametrize("change, msg", [
-    ({"nproc": 1}, "needs nproc >= 2"),
-    ({"nproc": 2, "actor_lag": 1}, "does not combine with actor_lag"),
-    ({"nproc": 2, "num_envs": 30}, "must divide by minibatches"),
+@pytest.mark.parametrize("mode, change, msg", [
+    ({"nproc": 1}, {}, "needs nproc >= 2"),
+    ({"nproc": 2, "actor_lag": 1}, {}, "does not combine with actor_lag"),
+    ({"nproc": 2}, {"num_envs": 30}, "must divide by minibatches"),
 ])
-def test_preemption_settings_are_checked(change, msg):
+def test_preemption_settings_are_checked(mode, change, msg):
     with pytest.raises(ValueError, match=msg):
-        TrainConfig(preempt_fraction=0.5, **change).validate()
+        TrainConfig(mode=Sync(preempt_fraction=0.5, **mode), **change).validate()
     with pytest.raises(ValueError, match=r"preempt_fraction must be in \[0, 1\]"):
-        TrainConfig(preempt_fraction=1.5, nproc=2).validate()
+        TrainConfig(mode=Sync(preempt_fraction=1.5, nproc=2)).validate()

@@ -11,11 +11,11 @@ import torch
 
 from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG restored)
 from trot.agents.config import PPOConfig
-from trot.agents.seeds import Seeds
-from trot.agents.trainer import build
+from trot.agents.learners import build
+from trot.agents.runs import read_checkpoint
+from trot.agents.seeds import StackedSeeds
+from trot.agents.train_config import Seeds, Sync, TrainConfig
 from trot.cli import main as cli_main
-from trot.config import TrainConfig
-from trot.runs import read_checkpoint
 from trot.sim import make_sim
 from trot.sim.rows import SimRows
 from trot.tasks.registry import compile_model, get_task
@@ -58,13 +58,13 @@ def test_each_seed_of_a_stack_follows_its_own_one_seed_run(tmp_path, task, n, it
     PopArt's statistics by 8e-7. Bound: 1e-4, while another seed's are 1.4 away. Catches: seeds sharing a generator, one seed's
     gradient, statistics or envs reaching another's, a seed trained on the wrong block of
     envs or initialised from the wrong seed."""
-    cfg = TrainConfig(task=task, num_envs=n, seeds=(0, 3, 5), agent=AGENT, export=False)
-    stack = Seeds(cfg, tmp_path)
+    cfg = TrainConfig(task=task, num_envs=n, mode=Seeds((0, 3, 5)), agent=AGENT, export=False)
+    stack = StackedSeeds(cfg, tmp_path)
     for _ in range(iterations):
         stack.iterate()
     separate = []
-    for seed in cfg.seeds:
-        one = build(dataclasses.replace(cfg, seed=seed, seeds=()))
+    for seed in cfg.mode.seeds:
+        one = build(dataclasses.replace(cfg, seed=seed, mode=Sync()))
         for _ in range(iterations):
             m = one.iterate()
         separate.append((one, m))
@@ -74,7 +74,7 @@ def test_each_seed_of_a_stack_follows_its_own_one_seed_run(tmp_path, task, n, it
         assert _rel(_statistics(one), _statistics(mine)) < 1e-4
         assert float(one.algo.lr) == pytest.approx(float(mine.algo.lr), rel=1e-4)
         assert mine.env_steps == one.env_steps == iterations * n * AGENT.rollout_steps
-        ro, own = one.collector.storage, mine.collector.storage  # the last rollout
+        ro, own = one.rollout, mine.rollout  # the last rollout
         torch.testing.assert_close(own.obs, ro.obs, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(own.rewards, ro.rewards, rtol=1e-4, atol=1e-5)
         if "episode_return" in m:  # go1-flat's first 16 steps end no episode
@@ -88,9 +88,9 @@ def test_a_nan_update_is_undone_for_its_seed_alone(tmp_path):
     """Seed 1's advantages made NaN: its update is undone (its parameters as before the
     iteration, one NaN update counted) while seed 0 learns as its separate run.
     Catches a NaN leaking through the stacked backward or the rollback of every seed."""
-    cfg = TrainConfig(task="cartpole-balance", num_envs=64, seeds=(0, 1), agent=AGENT,
+    cfg = TrainConfig(task="cartpole-balance", num_envs=64, mode=Seeds((0, 1)), agent=AGENT,
                       export=False)
-    stack = Seeds(cfg, tmp_path)
+    stack = StackedSeeds(cfg, tmp_path)
     stack.iterate()
     before = {k: v.clone() for k, v in stack.trainers[1].ac.state_dict().items()}
     bad = stack.trainers[1].algo
@@ -107,7 +107,7 @@ def test_a_nan_update_is_undone_for_its_seed_alone(tmp_path):
     assert [tr.nan_updates for tr in stack.trainers] == [0, 1]
     after = stack.trainers[1].ac.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    one = build(dataclasses.replace(cfg, seed=0, seeds=()))
+    one = build(dataclasses.replace(cfg, seed=0, mode=Sync()))
     one.iterate()
     one.iterate()
     assert _rel(_params(one), _params(stack.trainers[0])) < 1e-4  # as in the test above
@@ -170,7 +170,7 @@ def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, ca
     out = capsys.readouterr().out
     assert "x 2 seeds" in out and "return median" in out
     for s in ("seed_0", "seed_1"):
-        a, b = read_checkpoint(straight / s)["model"], read_checkpoint(split / s)["model"]
+        a, b = read_checkpoint(straight / s).model, read_checkpoint(split / s).model
         assert all(torch.equal(a[k], b[k]) for k in a)
         assert [r["iteration"] for r in _rows(split / s / "metrics.csv")] == \
             [str(i) for i in range(1, 9)]
@@ -192,6 +192,37 @@ def test_seeds_from_the_cli_resume_together_and_each_loads_as_a_run(tmp_path, ca
     assert "not both" in capsys.readouterr().err
     assert cli_main(base[:4] + ["--agent.symmetry", "augment"]) == 2
     assert "agent.symmetry" in capsys.readouterr().err
+    assert cli_main(base + ["--nproc", "2"]) == 2
+    assert "--nproc is a setting of" in capsys.readouterr().err
+
+
+def test_each_seed_of_seeds_3_5_checkpoints_as_it_would_alone(tmp_path):
+    """`trot train --seeds 3 5` and `trot train --seed 3`, `--seed 5`, 6 iterations each on
+    the cpu backend: each seed's checkpoint (network with its normalizers and PopArt, Adam's
+    moments, the learning rate, the counters) equals its run alone, to 1e-4 of the norm.
+    Not bitwise: vmap's batched matrix products round differently from the plain ones
+    (test_each_seed_of_a_stack_follows_its_own_one_seed_run measures it). Catches a stacked
+    iteration that drifts from the one-seed one (a second copy of collect or update that
+    diverged), and a seed's view written from another seed's state."""
+    base = ["train", "cartpole-balance", "--num-envs", "64", "--agent.rollout-steps", "16",
+            "--agent.update-dtype", "float32", "--no-export", "--max-env-steps",
+            str(6 * 64 * 16)]
+    assert cli_main(base + ["--seeds", "3", "5", "--run-dir", str(tmp_path / "stack")]) == 0
+    for seed in (3, 5):
+        alone = tmp_path / f"alone_{seed}"
+        assert cli_main(base + ["--seed", str(seed), "--run-dir", str(alone)]) == 0
+        mine, own = read_checkpoint(tmp_path / "stack" / f"seed_{seed}"), read_checkpoint(alone)
+        assert mine.learner == own.learner == "ppo"
+        assert (mine.counters.iteration, mine.counters.env_steps) == \
+            (own.counters.iteration, own.counters.env_steps) == (6, 6 * 64 * 16)
+        assert _rel(_flat(own.model.values()), _flat(mine.model.values())) < 1e-4
+        adam = lambda c: _flat(t for s in c.state["algo"]["optimizer"]["state"].values()  # noqa: E731
+                               for t in s.values())
+        assert _rel(adam(own), adam(mine)) < 1e-4
+        assert float(mine.state["algo"]["lr"]) == pytest.approx(float(own.state["algo"]["lr"]),
+                                                                rel=1e-4)
+        other = read_checkpoint(tmp_path / "stack" / f"seed_{8 - seed}")
+        assert _rel(_flat(own.model.values()), _flat(other.model.values())) > 0.1
 
 
 def test_seeds_throughput_benchmark_reports_the_median_of_its_rounds():

@@ -1,5 +1,5 @@
 """Rough terrain: the generator (tasks/terrain.py), the height lookup against MuJoCo's own
-ray cast (trot/heightfield.py), the height scan of go1-rough, spawning and the curriculum
+ray cast (trot/core/heightfield.py), the height scan of go1-rough, spawning and the curriculum
 rule (tasks/rough.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from trot.tasks.terms.terrain import Terrain, TerrainCurriculum
-from trot import heightfield as hf
+from trot.core import heightfield as hf
 from trot.tasks import make_env
 from trot.tasks import terrain as tr
 from trot.tasks.registry import get_task

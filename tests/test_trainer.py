@@ -1,5 +1,5 @@
-"""The training loop (`trot.agents.trainer`): bitwise resume, checkpoint errors and atomic
-writes, the NaN-update guard, and a short learning run on cartpole-balance."""
+"""PPO's learner (`trot.agents.trainer`) in the one loop: bitwise resume, checkpoint errors
+and atomic writes, the NaN-update guard, and a short learning run on cartpole-balance."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from extras import or_skip_for_extra
 
 from trot.agents.checkpoint import CheckpointError, load_checkpoint
 from trot.agents.config import PPOConfig, tuned
-from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged, build, resume_run
-from trot.config import TrainConfig, save_json
-from trot.runs import CHECKPOINT, atomic_write
+from trot.agents.learners import build, resume
+from trot.agents.loop import save, train
+from trot.agents.runs import CHECKPOINT
+from trot.agents.train_config import Sync, TrainConfig, save_json
+from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged
+from trot.core.files import atomic_write
 from trot.tasks.registry import get_task, task_names
 
 TASK = "cartpole-balance"
@@ -51,6 +54,10 @@ def _new_run(cfg: TrainConfig):
     run_dir.mkdir(parents=True, exist_ok=True)
     save_json(run_dir / "config.json", cfg)
     return trainer, run_dir
+
+
+def resume_run(run_dir: Path):
+    return resume(run_dir)[0]
 
 
 def _no_wall(m: dict) -> dict:
@@ -100,7 +107,7 @@ def test_resume_is_bitwise_identical_to_straight_run(tmp_path):
 
     first, run_dir = _new_run(cfg)
     m_split = [_no_wall(first.iterate()) for _ in range(K)]
-    first.save(run_dir)
+    save(first, run_dir)
     del first
     torch.rand(1000)  # a new process would start from another global RNG state
     torch.manual_seed(12345)
@@ -134,7 +141,7 @@ def test_resume_is_bitwise_on_every_task(tmp_path, task):
     m_straight = [_no_wall(straight.iterate()) for _ in range(4)]
     first, run_dir = _new_run(cfg)
     m_split = [_no_wall(first.iterate()) for _ in range(2)]
-    first.save(run_dir)
+    save(first, run_dir)
     del first
     torch.manual_seed(999)  # a new process starts from another global RNG state
     second = resume_run(run_dir)
@@ -157,8 +164,8 @@ def test_action_noise_comes_from_the_checkpointed_generator(tmp_path):
     trainer.collect()
     assert torch.equal(torch.get_rng_state(), before)  # the global stream is untouched
     assert not torch.equal(trainer.collector.noise_gen.get_state(), noise)
-    trainer.save(run_dir)
-    saved = load_checkpoint(run_dir / CHECKPOINT)["ranks"][0]["noise_gen"]
+    save(trainer, run_dir)
+    saved = load_checkpoint(run_dir / CHECKPOINT).state["ranks"][0]["noise_gen"]
     assert torch.equal(saved, trainer.collector.noise_gen.get_state())
 
 
@@ -177,7 +184,7 @@ def test_resume_is_bitwise_on_the_gpu(tmp_path, monkeypatch):
         first, run_dir = _new_run(cfg)
         for _ in range(2):
             first.iterate()
-        first.save(run_dir)
+        save(first, run_dir)
         del first
         second = resume_run(run_dir)
         for _ in range(2):
@@ -194,10 +201,11 @@ def test_checkpoint_holds_the_whole_training_state(tmp_path):
     trainer, run_dir = _new_run(cfg)
     for _ in range(2):
         trainer.iterate()
-    trainer.save(run_dir)
-    s = load_checkpoint(run_dir / CHECKPOINT)
-    for key in ("model", "algo", "env", "torch_rng", "gen", "iteration", "env_steps",
-                "wall_s", "nan_updates", "config"):
+    save(trainer, run_dir)
+    ckpt = load_checkpoint(run_dir / CHECKPOINT)
+    assert ckpt.learner == "ppo" and ckpt.config["num_envs"] == 32
+    s = ckpt.state | ckpt.state["ranks"][0]
+    for key in ("model", "algo", "env", "torch_rng", "gen", "nan_updates"):
         assert key in s, key
     assert set(s["algo"]) >= {"optimizer", "lr"}
     assert s["algo"]["optimizer"]["state"], "Adam moments missing"
@@ -210,8 +218,8 @@ def test_checkpoint_holds_the_whole_training_state(tmp_path):
     assert model["actor.normalizer.count"].item() == 2 * 8 * 32
     assert set(s["env"]) >= {"sim", "task", "episode_step", "last_action", "gen", "running",
                              "obs"}
-    assert s["iteration"] == 2 and s["env_steps"] == 2 * 8 * 32 and s["nan_updates"] == 0
-    assert s["config"]["num_envs"] == 32
+    assert ckpt.counters.iteration == 2 and ckpt.counters.env_steps == 2 * 8 * 32
+    assert s["nan_updates"] == 0 and ckpt.counters.wall_s == 0.0
 
 
 # ---------------------------------------------------------------------- checkpoint errors
@@ -233,29 +241,29 @@ def test_resume_from_a_directory_that_is_not_a_run(tmp_path):
     assert not (tmp_path / "nope").exists()
 
 
-def test_a_checkpoint_in_a_format_before_0_1_is_refused(tmp_path):
-    """Each key a development trot before 0.1 did not write (ranks, the noise generator,
-    the acting memory, the NaN streak, the actor snapshots, the pending rollout) is refused,
-    named, before anything is loaded. The bug: loading such a file with defaults (a fresh
-    noise stream or the global RNG's, no memory, the lag restarted from now), so a resume
-    silently continues another run than the one saved."""
-    cfg = dataclasses.replace(_cfg(tmp_path, num_envs=8), actor_lag=1, async_collect=True)
+def test_a_learner_state_missing_a_part_is_refused(tmp_path):
+    """Each part of the learner's state (ranks, the noise generator, the acting memory, the
+    NaN streak, the actor snapshots, the pending rollout) missing is refused, named, before
+    anything is loaded. The bug: loading such a file with defaults (a fresh noise stream or
+    the global RNG's, no memory, the lag restarted from now), so a resume silently
+    continues another run than the one saved."""
+    cfg = dataclasses.replace(_cfg(tmp_path, num_envs=8),
+                              mode=Sync(actor_lag=1, async_collect=True))
     tr = build(cfg)
     tr.iterate()
     state = tr.state_dict()
     fresh = build(cfg)
     before = fresh.ac.state_dict()["actor.mean.weight"].clone()
     for key in ("ranks", "consecutive_nan", "actor_snapshots"):
-        with pytest.raises(CheckpointError, match=rf"the checkpoint lacks '{key}'.*before 0\.1"):
+        with pytest.raises(CheckpointError, match=rf"state lacks '{key}'.*another version"):
             fresh.load_state_dict({k: v for k, v in state.items() if k != key})
     for key in ("noise_gen", "policy_state", "pending"):
         rank = {k: v for k, v in state["ranks"][0].items() if k != key}
-        with pytest.raises(CheckpointError, match=rf"ranks\[0\] lacks '{key}'.*before 0\.1"):
+        with pytest.raises(CheckpointError, match=rf"ranks\[0\] lacks '{key}'.*another version"):
             fresh.load_state_dict(dict(state, ranks=[rank]))
-    assert fresh.iteration == 0  # refused before anything was loaded
-    assert torch.equal(fresh.ac.state_dict()["actor.mean.weight"], before)
-    fresh.load_state_dict(state)
-    assert fresh.iteration == 1
+    assert torch.equal(fresh.ac.state_dict()["actor.mean.weight"], before)  # refused
+    fresh.load_state_dict(state)  # before anything was loaded
+    assert not torch.equal(fresh.ac.state_dict()["actor.mean.weight"], before)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -263,7 +271,7 @@ def test_resume_from_corrupt_checkpoint(tmp_path, damage):
     cfg = _cfg(tmp_path)
     trainer, run_dir = _new_run(cfg)
     trainer.iterate()
-    trainer.save(run_dir)
+    save(trainer, run_dir)
     ckpt = run_dir / CHECKPOINT
     if damage == "garbage":
         ckpt.write_bytes(b"\x00not a checkpoint\xff" * 37)
@@ -281,8 +289,8 @@ def test_save_leaves_no_temp_files_and_failed_write_keeps_previous(tmp_path):
     cfg = _cfg(tmp_path)
     trainer, run_dir = _new_run(cfg)
     trainer.iterate()
-    trainer.save(run_dir)
-    trainer.save(run_dir)  # overwrite an existing checkpoint
+    save(trainer, run_dir)
+    save(trainer, run_dir)  # overwrite an existing checkpoint
     assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json"]
     good = (run_dir / CHECKPOINT).read_bytes()
 
@@ -303,7 +311,7 @@ def test_save_leaves_no_temp_files_and_failed_write_keeps_previous(tmp_path):
         atomic_write(run_dir / CHECKPOINT, interrupted)
     assert sorted(os.listdir(run_dir)) == ["checkpoint.pt", "config.json"]
     assert (run_dir / CHECKPOINT).read_bytes() == good
-    assert load_checkpoint(run_dir / CHECKPOINT)["iteration"] == 1
+    assert load_checkpoint(run_dir / CHECKPOINT).counters.iteration == 1
 
 
 def test_atomic_write_creates_new_file(tmp_path):
@@ -329,7 +337,7 @@ def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
     trainer, run_dir = _new_run(cfg)
     for _ in range(2):
         trainer.iterate()
-    trainer.save(run_dir)
+    save(trainer, run_dir)
     good_lr = trainer.algo.lr.item()
 
     before = copy.deepcopy(trainer.ac.state_dict())
@@ -355,7 +363,7 @@ def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
     mid = tmp_path / "mid"  # a checkpoint inside the streak (its rate still NaN)
     mid.mkdir()
     save_json(mid / "config.json", dataclasses.replace(cfg, run_dir=str(mid)))
-    trainer.save(mid)
+    save(trainer, mid)
     with pytest.raises(TrainingDiverged, match=str(MAX_CONSECUTIVE_NAN)):
         trainer.iterate()
     _assert_same(trainer.ac.state_dict(), last_good, "model")  # still the last good weights
@@ -365,7 +373,7 @@ def test_nan_update_is_undone_and_repeated_nan_diverges(tmp_path, algo):
         resume_run(mid).iterate()
 
     s = load_checkpoint(run_dir / CHECKPOINT)
-    assert s["iteration"] == 2 and _all_finite(s["model"]) and _all_finite(s["algo"])
+    assert s.counters.iteration == 2 and _all_finite(s.model) and _all_finite(s.state["algo"])
     resumed = resume_run(run_dir)
     assert resumed.iteration == 2
     assert math.isfinite(resumed.iterate()["loss/value"])
@@ -437,9 +445,9 @@ def test_a_signal_as_the_run_finishes_keeps_its_last_checkpoint(tmp_path, monkey
     monkeypatch.setattr(RunLogger, "close", interrupted)
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN where the test
     try:  # runs in a background job of a shell without job control
-        trainer.train(run_dir, quiet=True)
+        train(trainer, run_dir, quiet=True)
     except KeyboardInterrupt:
         pytest.fail("the Ctrl-C escaped the run's handlers: its final save was skipped")
     assert trainer.iteration == 3
-    assert load_checkpoint(run_dir / CHECKPOINT)["iteration"] == 3
+    assert load_checkpoint(run_dir / CHECKPOINT).counters.iteration == 3
     assert signal.getsignal(signal.SIGINT) is before  # restored

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from trot.agents.loop import save
 from trot.cli import main as cli_main
 from trot.view_scene import geom_mesh
 from trot.view_sim import OnnxDriver, run_driver, task_driver
@@ -146,14 +147,14 @@ def test_run_checkpoint_drives_without_pushes_or_randomization(tmp_path, capsys)
     and new masses at every reset show in the viewer, or the viewer driving zeros instead
     of the policy."""
     from trot.agents.config import PPOConfig
-    from trot.agents.trainer import start_run
-    from trot.config import TrainConfig
+    from trot.agents.learners import start
+    from trot.agents.train_config import TrainConfig
 
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16,), critic_hidden=(16,))
-    trainer, run_dir = start_run(TrainConfig(task="go1-flat", num_envs=4, agent=agent,
+    trainer, run_dir = start(TrainConfig(task="go1-flat", num_envs=4, agent=agent,
                                              run_dir=str(tmp_path / "run")))
-    trainer.save(run_dir)
+    save(trainer, run_dir)
     torch.set_num_threads(threads)
     torch.set_rng_state(rng)
     assert trainer.env.task.config.push and trainer.env.task.config.randomize

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from trot.agents.loop import save
 from trot.agents.advantages import compute_gae
 from trot.agents.collect import Collector
 from trot.agents.config import PPOConfig
-from trot.agents.trainer import build, resume_run
+from trot.agents.learners import build, resume
 from trot.agents.vtrace import vtrace
-from trot.config import TrainConfig, save_json
+from trot.agents.train_config import Sync, TrainConfig, save_json
 
 T, N = 24, 7
 
@@ -154,7 +155,8 @@ def _cfg(tmp_path, lag: int = 0, algo: str = "ppo", **agent_kw) -> TrainConfig:
     agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16),
                                 rollout_steps=8, **agent_kw)
     return TrainConfig(task="cartpole-balance", num_envs=16, agent=agent, algo=algo,
-                       max_env_steps=10**7, actor_lag=lag, run_dir=str(tmp_path / "run"))
+                       max_env_steps=10**7, mode=Sync(actor_lag=lag),
+                       run_dir=str(tmp_path / "run"))
 
 
 @pytest.fixture(autouse=True)
@@ -237,9 +239,9 @@ def test_lagged_resume_is_bitwise(tmp_path, off_policy, clip):
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
     save_json(run_dir / "config.json", cfg)
-    first.save(run_dir)
+    save(first, run_dir)
     torch.manual_seed(1)
-    second = resume_run(run_dir)
+    second = resume(run_dir)[0]
     m_split += [second.iterate() for _ in range(3)]
     strip = lambda m: {k: v for k, v in m.items() if k not in ("wall_s", "steps_per_s")}  # noqa
     assert [strip(m) for m in m_split] == m_straight
@@ -251,4 +253,4 @@ def test_validate_rejects_ignore_with_clip_and_negative_lag():
     with pytest.raises(ValueError, match="clip=False"):
         PPOConfig(off_policy="ignore").validate(64)
     with pytest.raises(ValueError, match="actor_lag"):
-        TrainConfig(actor_lag=-1).validate()
+        TrainConfig(mode=Sync(actor_lag=-1)).validate()

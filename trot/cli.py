@@ -1,24 +1,5 @@
 """`trot` and `python -m trot`: one CLI, generated from the frozen config dataclasses.
-
-    trot list
-    trot sim-bench TASK [--num-envs N]
-    trot train TASK [--algo ppo|a2c|a3c] [--workers K] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
-    trot train TASK --seeds S1 S2 ... (the seeds in one process, each in RUN_DIR/seed_S)
-    trot train TASK_A TASK_B ... (one policy for several tasks, each in RUN_DIR/task_NAME)
-    trot train --resume RUN_DIR
-    trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
-    trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
-    trot export RUN_DIR [--out DIR]
-    trot sim2sim RUN_DIR [--episodes K] [--json]
-    trot play RUN_DIR [--video out.mp4] [--gif out.gif] [--episodes K] [--sim cpu|mjx]
-    trot view RUN_DIR|TASK [--onnx] [--speed X] [--port P]
-    trot compare RUN_DIR... [--out curves.png] [--group NAME=RUN_DIR,RUN_DIR ...]
-    trot rl-games TASK [--num-envs N] [--max-epochs E] [--set KEY=VALUE ...]
-    trot rsl-rl TASK [--num-envs N] [--max-iterations K] [--seed S] [--run-dir D]
-
-Every command takes --tasks FILE_OR_MODULE (repeatable): your own task file or module,
-imported before the task name is looked up. Runs remember it; later commands find it again.
-"""
+The commands are listed in trot/cli_args.py's USAGE."""
 
 from __future__ import annotations
 
@@ -31,7 +12,7 @@ from typing import Any
 
 import tyro
 
-USAGE = __doc__
+from trot.cli_args import USAGE, fail, parse_positional, pop_tasks
 
 
 @dataclass(frozen=True)
@@ -57,20 +38,8 @@ class EvalArgs:
     """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
 
 
-def fail(msg: str) -> int:
-    print(f"trot: error: {msg}", file=sys.stderr)
-    return 2
 
 
-def parse_positional(cls: type, args: list[str], prog: str) -> tuple[str, Any]:
-    """(args[0], `cls` parsed from the rest) for `prog` = "trot CMD ARG": `--help` prints
-    cls's flags (and exits 0); a missing ARG is a ValueError giving the usage."""
-    if args and args[0] in ("-h", "--help"):
-        tyro.cli(cls, args=["--help"], prog=prog)
-    if not args or args[0].startswith("-"):
-        flags = " ".join(f"[--{f.name.replace('_', '-')}]" for f in dataclasses.fields(cls))
-        raise ValueError(f"usage: {prog} {flags} (--help: what each does)")
-    return args[0], tyro.cli(cls, args=args[1:], prog=prog)
 
 
 def cmd_list(args: list[str]) -> int:
@@ -108,29 +77,12 @@ def cmd_sim_bench(args: list[str]) -> int:
     return 0
 
 
-def pop_tasks(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(the --tasks values in argv, argv without them); `--tasks X` and `--tasks=X`."""
-    specs, rest, i = [], [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--tasks":
-            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
-                raise ValueError("--tasks needs a value: a task file (FILE.py) or a module name")
-            specs.append(argv[i + 1])
-            i += 2
-            continue
-        if a.startswith("--tasks="):
-            specs.append(a.removeprefix("--tasks="))
-        else:
-            rest.append(a)
-        i += 1
-    return specs, rest
 
 
 def cmd_eval(args: list[str]) -> int:
     from trot.agents.checkpoint import CheckpointError
     from trot.agents.evaluate import evaluate
-    from trot.runs import each_task
+    from trot.agents.runs import each_task
 
     run_dir, a = parse_positional(EvalArgs, args, "trot eval RUN_DIR")
     try:
@@ -164,7 +116,7 @@ class Sim2SimArgs:
 
 def cmd_export(args: list[str]) -> int:
     from trot.export.onnx import ExportError, export_run
-    from trot.runs import each_task
+    from trot.agents.runs import each_task
 
     run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
     out = None if a.out is None else Path(a.out)
@@ -183,7 +135,7 @@ def cmd_export(args: list[str]) -> int:
 
 def cmd_sim2sim(args: list[str]) -> int:
     from trot.export.sim2sim import run_sim2sim
-    from trot.runs import each_task
+    from trot.agents.runs import each_task
 
     run_dir, a = parse_positional(Sim2SimArgs, args, "trot sim2sim RUN_DIR")
     traj = None if a.trajectory is None else Path(a.trajectory)

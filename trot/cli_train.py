@@ -5,22 +5,47 @@
     trot train TASK_A TASK_B ... [--env.TASK_A.FIELD V] (one policy, agents/multitask.py)
     trot train --resume RUN_DIR [--max-env-steps N] [--minutes M]
     trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]
+    trot distill --resume RUN_DIR (the same as trot train --resume RUN_DIR)
 
-One process, torchrun's ranks (--nproc, --actors: this same command in each), or A3C's
-spawned workers; each ends with the run directory printed (and exported unless --no-export).
+The flags are today's, flat; they become a TrainConfig whose `mode` is a type
+(agents/train_config.py): several tasks, `--seeds`, `--algo a3c`, `--actors` or the
+distill command choose the mode, and a flag of another mode is refused by name. Every mode
+then runs the same way: agents/learners.py starts or resumes its learner, agents/loop.py
+trains it to its budget and exports what it leaves. One process, torchrun's ranks
+(--nproc, --actors: this same command in each), or A3C's spawned workers; each ends with
+the run directory printed.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import itertools
+import os
 import sys
+import textwrap
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import tyro
 
-from trot.cli import USAGE, fail
+from trot.agents.a3c import worker_count
+from trot.agents.actors import run_actor
+from trot.agents.central import run_central_actor
+from trot.agents.checkpoint import CheckpointError
+from trot.agents.config import tuned
+from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
+from trot.agents.learners import resume, start
+from trot.agents.loop import Interrupted
+from trot.agents.loop import train as train_loop
+from trot.agents.runs import run_config
+from trot.agents.train_config import (A3C, MODES, Actors, Distill, Seeds, Sync, Tasks,
+                                      TrainConfig, describe)
+from trot.cli_args import USAGE, fail
+from trot.tasks.registry import get_task
 
 
 @dataclass(frozen=True)
@@ -33,46 +58,138 @@ class ResumeArgs:
     """raise the run's wall-clock budget, kept in its config.json (default: keep it)"""
 
 
-def parse_train(args: list[str], prog: str = "trot train",
-                extra: tuple[tuple[str, type], ...] = ()):
-    """TrainConfig for `trot train TASK [TASK ...] ...`; each task's config class types its
-    `--env.*` (several tasks: `--env.TASK.*`). extra: (name, frozen dataclass) fields parsed
-    beside it (`--NAME.FIELD V`); with them, returns (TrainConfig, {name: parsed value})."""
-    from trot.agents.config import tuned
-    from trot.config import TrainConfig
-    from trot.tasks.registry import get_task
+# ---------------------------------------------------------------------- flags -> config
+# fields of a mode that are not flags: the tasks and the teacher are positional arguments,
+# each task's settings --env.TASK.*, distillation's settings --distill.* (trot distill)
+NOT_FLAGS = ("with_tasks", "with_envs", "teacher", "distill")
 
+
+def _docs(cls: type) -> dict[str, str]:
+    """A dataclass's field docstrings (the string under each field), as tyro shows them."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body, out = tree.body[0].body, {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and \
+                isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+            out[a.target.id] = inspect.cleandoc(b.value.value)
+    return out
+
+
+def _mode_flags() -> dict[str, list[type]]:
+    """Each mode's own flags (field name -> the modes that have it)."""
+    owners: dict[str, list[type]] = {}
+    for m in MODES:
+        for f in dataclasses.fields(m):
+            if f.name not in NOT_FLAGS:
+                owners.setdefault(f.name, []).append(m)
+    return owners
+
+
+def _flag(cls: type, f: dataclasses.Field, note: str = "") -> tuple[str, Any,
+                                                                   dataclasses.Field]:
+    """Field f of dataclass cls as a field of the flat flags dataclass: its type, its
+    docstring as the help (with `note`), its default."""
+    kind = typing.get_type_hints(cls)[f.name]
+    default = dataclasses.field(default=f.default) if f.default_factory is dataclasses.MISSING \
+        else dataclasses.field(default_factory=f.default_factory)
+    return f.name, Annotated[kind, tyro.conf.arg(help=_docs(cls).get(f.name, "") + note)], \
+        default
+
+
+def _flag_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """The shared settings and the modes' own flags, as fields of the flat flags dataclass
+    (defaults: TrainConfig's and the modes'; --seeds: none given)."""
+    out = [_flag(TrainConfig, f) for f in dataclasses.fields(TrainConfig)
+           if f.name not in ("env", "mode", "algo")]
+    seen = set()
+    for m in MODES:
+        for f in dataclasses.fields(m):
+            if f.name in NOT_FLAGS or f.name in seen:
+                continue
+            seen.add(f.name)
+            name, kind, default = _flag(m, f, f" [{describe(m)}]")
+            out.append((name, kind, dataclasses.field(default=()) if name == "seeds"
+                        else default))
+    return out
+
+
+def _chosen_mode(names: list[str], given: set[str], algo: str, distill: bool) -> type:
+    """The mode the command line asks for (Sync where nothing else is asked)."""
+    asked = [m for m, on in ((Tasks, len(names) > 1), (Seeds, "seeds" in given),
+                             (A3C, algo == "a3c"), (Actors, "actors" in given),
+                             (Distill, distill)) if on]
+    if len(asked) > 1:
+        raise ValueError(" and ".join(describe(m) for m in asked) + " are different modes "
+                         "of training; choose one")
+    return asked[0] if asked else Sync
+
+
+def _check_flags(mode: type, given: set[str]) -> None:
+    """A flag of another mode names itself, its mode and this run's."""
+    for name, owners in _mode_flags().items():
+        if name in given and mode not in owners:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} is a setting of {' or '.join(map(describe, owners))}; "
+                             f"this run is {describe(mode)}, which does not take it")
+
+
+def parse_train(args: list[str], prog: str = "trot train",
+                teacher: str | None = None) -> TrainConfig:
+    """TrainConfig for `trot train TASK [TASK ...] ...`; each task's config class types its
+    `--env.*` (several tasks: `--env.TASK.*`). teacher: `trot distill`'s teacher run
+    (the mode is then Distill, with its `--distill.*` flags)."""
     names = list(itertools.takewhile(lambda a: not a.startswith("-"), args))
+    if not names:
+        raise ValueError(f"usage: {prog} TASK [TASK ...] [flags] (--help: every flag)")
     entries = [get_task(n) for n in names]
+    given = {a.split("=")[0].lstrip("-").replace("-", "_") for a in args[len(names):]
+             if a.startswith("--")}
+    if {"seed", "seeds"} <= given:
+        raise ValueError("give --seed S (one run) or --seeds S1 S2 ... (several, trained "
+                         "together), not both")
+    if given & {"task", "mode", "with_tasks", "with_envs"}:
+        raise ValueError("give the tasks as the first arguments (trot train TASK_A TASK_B "
+                         "...), not --task or --with-tasks; their settings as --env.FIELD "
+                         "(several tasks: --env.TASK.FIELD)")
     env_cls, env_default = _env_field(entries)
-    fields = [("env", env_cls, dataclasses.field(default_factory=lambda: env_default)),
-              # the tasks are the leading arguments and their settings --env.TASK.*
-              ("with_tasks", tyro.conf.Suppress[tuple[str, ...]], dataclasses.field(
-                  default=tuple(names[1:]))),
-              ("with_envs", tyro.conf.Suppress[tuple], dataclasses.field(default=()))] + [
-        (name, cls, dataclasses.field(default_factory=cls)) for name, cls in extra]
-    cls = dataclasses.make_dataclass("TrainConfig", fields, bases=(TrainConfig,), frozen=True)
+    fields = _flag_fields() + [
+        ("algo", Annotated[Literal["ppo", "a2c", "a3c"], tyro.conf.arg(help=(
+            "ppo; a2c (PPO with one epoch, one minibatch, no clipping and a fixed learning "
+            "rate); a3c: `workers` processes apply A2C gradients to shared parameters "
+            "without locks (agents/a3c.py)"))], dataclasses.field(default="ppo")),
+        ("env", env_cls, dataclasses.field(default_factory=lambda: env_default))]
+    if teacher is not None:
+        fields.append(("distill", Annotated[type(Distill().distill), tyro.conf.arg(
+            help="DAgger's schedule and the student's regression")],
+                       dataclasses.field(default_factory=type(Distill().distill))))
+    cls = dataclasses.make_dataclass("TrainFlags", fields, frozen=True)
     cls.__doc__ = f"{prog.capitalize()} " + "; ".join(f"{e.name}: {e.description}"
                                                        for e in entries)
     budgets = [e.budget for e in entries]  # several tasks: the sum of their own
     budget = {} if None in budgets else {"max_env_steps": sum(budgets)}
-    default = cls(task=names[0], with_tasks=tuple(names[1:]), agent=tuned(entries[0].agent),
-                  env=env_default, **budget)
-    given = {a.split("=")[0] for a in args[len(names):]}
-    if {"--seed", "--seeds"} <= given:
-        raise ValueError("give --seed S (one run) or --seeds S1 S2 ... (several, trained "
-                         "together), not both")
-    if given & {"--task", "--with-tasks", "--with-envs"}:
-        raise ValueError("give the tasks as the first arguments (trot train TASK_A TASK_B "
-                         "...), not --task or --with-tasks; their settings as --env.FIELD "
-                         "(several tasks: --env.TASK.FIELD)")
+    default = cls(task=names[0], agent=tuned(entries[0].agent), env=env_default, **budget)
     parsed = tyro.cli(cls, args=args[len(names):], default=default,
                       prog=f"{prog} {' '.join(names)}")
-    env = parsed.env if len(names) == 1 else [getattr(parsed.env, _ident(n)) for n in names]
-    cfg = TrainConfig(**{f.name: getattr(parsed, f.name)
-                         for f in dataclasses.fields(TrainConfig)} |
-                      ({} if len(names) == 1 else {"env": env[0], "with_envs": tuple(env[1:])}))
-    return (cfg, {name: getattr(parsed, name) for name, _ in extra}) if extra else cfg
+    return _config(parsed, names, given, teacher)
+
+
+def _config(parsed: Any, names: list[str], given: set[str],
+            teacher: str | None) -> TrainConfig:
+    """The parsed flat flags as a TrainConfig of the mode they ask for."""
+    mode_cls = _chosen_mode(names, given, parsed.algo, teacher is not None)
+    _check_flags(mode_cls, given)
+    own = {f.name for f in dataclasses.fields(mode_cls)} - set(NOT_FLAGS)
+    mode_args = {n: getattr(parsed, n) for n in own}
+    envs = [parsed.env] if len(names) == 1 else [getattr(parsed.env, _ident(n))
+                                                  for n in names]
+    if mode_cls is Tasks:
+        mode_args |= {"with_tasks": tuple(names[1:]), "with_envs": tuple(envs[1:])}
+    if mode_cls is Distill:
+        mode_args |= {"teacher": str(Path(teacher).resolve()), "distill": parsed.distill}
+    common = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(TrainConfig)
+              if f.name not in ("mode", "env", "algo")}
+    algo = "a2c" if parsed.algo == "a3c" else parsed.algo
+    return TrainConfig(**common, algo=algo, env=envs[0], mode=mode_cls(**mode_args))
 
 
 def _ident(task: str) -> str:
@@ -96,187 +213,125 @@ def _env_field(entries) -> tuple[type, object]:
     return envs, envs()
 
 
+# ---------------------------------------------------------------------- commands
+DISTILL_USAGE = ("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] "
+                 "[--max-env-steps N] [--minutes M] [--run-dir D] [--agent.FIELD V] "
+                 "[--env.FIELD V] [--distill.FIELD V]\n       trot distill --resume RUN_DIR "
+                 "[--max-env-steps N] [--minutes M]\n(trot distill TEACHER_RUN STUDENT_TASK "
+                 "--help: every flag)")
+
+
 def distill(args: list[str]) -> int:
     """`trot distill TEACHER_RUN STUDENT_TASK [train flags] [--distill.FIELD V]`: see
-    agents/distill.py."""
-    from trot.agents.distill import DistillSettings, resume_distill
-    from trot.agents.distill import distill as run_distill
-
+    agents/distill.py; `trot distill --resume RUN_DIR` is `trot train --resume RUN_DIR`."""
     if not args or args[0] in ("-h", "--help") or (len(args) < 2 and args[0][:8] !=
                                                     "--resume"):
-        print("usage: trot distill TEACHER_RUN STUDENT_TASK [--num-envs N] [--max-env-steps "
-              "N] [--minutes M] [--run-dir D] [--agent.FIELD V] [--env.FIELD V] "
-              "[--distill.FIELD V]\n       trot distill --resume RUN_DIR [--max-env-steps N]"
-              " [--minutes M]\n(trot distill TEACHER_RUN STUDENT_TASK --help: every flag)")
+        print(DISTILL_USAGE)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    if args[0].startswith("--resume"):
-        a = tyro.cli(ResumeArgs, args=args, prog="trot distill")
-        d, run_dir = resume_distill(Path(a.resume), a.max_env_steps, a.minutes), \
-            Path(a.resume)
-        cfg = d.cfg
-    else:
-        cfg, extra = parse_train(args[1:], f"trot distill {args[0]}",
-                                 (("distill", DistillSettings),))
-        _, run_dir = run_distill(cfg, extra["distill"], Path(args[0]))
-    if cfg.export:
-        _export_after_training(run_dir)
-    print(run_dir)
-    return 0
+    try:
+        if args[0].startswith("--resume"):
+            again = tyro.cli(ResumeArgs, args=args, prog="trot distill")
+            cfg = run_config(Path(again.resume))
+            if not isinstance(cfg.mode, Distill):
+                raise ValueError(f"{again.resume} is not a `trot distill` run (its mode is "
+                                 f"{describe(type(cfg.mode))}): continue it with `trot "
+                                 f"train --resume {again.resume}`")
+            return _run(cfg, again, args)
+        cfg = parse_train(args[1:], f"trot distill {args[0]}", teacher=args[0])
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return fail(str(e))
+    return _run(cfg, None, args)
 
 
 def train(args: list[str]) -> int:
-    import os
-
-    from trot.agents.checkpoint import CheckpointError
-    from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env, shutdown
-    from trot.runs import run_config
-
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
     try:
-        resume = tyro.cli(ResumeArgs, args=args, prog="trot train") \
-            if args[0].startswith("--resume") else None
-        cfg = run_config(Path(resume.resume)) if resume else parse_train(args)
-        if cfg.algo == "a3c":
-            return _train_a3c(cfg, resume)
-        if cfg.seeds:
-            return _train_seeds(cfg, resume)
-        procs = cfg.actors + 1 if cfg.actors else cfg.nproc
-        if procs > 1 and "WORLD_SIZE" not in os.environ:
-            from trot.launch import launch_torchrun
+        if args[0].startswith("--resume"):
+            again = tyro.cli(ResumeArgs, args=args, prog="trot train")
+            return _run(run_config(Path(again.resume)), again, args)
+        return _run(parse_train(args), None, args)
+    except (ValueError, TypeError, KeyError, CheckpointError) as e:
+        return fail(str(e))
 
-            return launch_torchrun(procs, args)
-        comm, device = init_from_env("cpu" if cfg.actors else cfg.device, cfg.dist_timeout)
-        actors = None
-        if cfg.actors:  # rank 0 learns alone; the others act (agents/actors.py)
-            cfg.validate()
-            if comm.world_size != cfg.actors + 1:
-                raise ValueError(f"actors {cfg.actors} needs {cfg.actors + 1} processes "
+
+def _run(cfg: TrainConfig, again: ResumeArgs | None, args: list[str]) -> int:
+    """The run of `cfg` (or the one `again` resumes) in this process, as one of torchrun's
+    ranks (an actor rank acts), or launched under torchrun."""
+    try:
+        if cfg.processes > 1 and "WORLD_SIZE" not in os.environ:
+            from trot.launch import launch_torchrun  # torch.distributed.run: start-up cost
+
+            return launch_torchrun(cfg.processes, args)
+        actors = isinstance(cfg.mode, Actors)
+        comm, device = init_from_env("cpu" if actors else cfg.device, cfg.dist_timeout)
+        world = None
+        if actors:  # rank 0 learns alone; the others act (agents/actors.py)
+            if comm.world_size != cfg.processes:
+                raise ValueError(f"actors {cfg.mode.actors} needs {cfg.processes} processes "
                                  f"(a learner and the actors), this job has {comm.world_size}")
             if comm.rank > 0:
                 return _act(cfg, comm)
-            actors, comm, device = comm, ONE_PROCESS, cfg.device
-        trainer, run_dir, msg = _trainer(cfg, resume, comm, device, actors)
-        if comm.is_main:
-            print(msg + (f" ({comm.world_size} processes)" if comm.distributed else ""),
-                  flush=True)
-        # mjx compiles its step and reset once (several tasks: each its own, not shown)
-        compile_s = getattr(getattr(trainer.env, "sim", None), "compile_seconds", None)
-        if compile_s is not None and comm.is_main:
-            print(f"sim {trainer.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
+            world, comm, device = comm, ONE_PROCESS, cfg.device
+        learner, run_dir, wall_s, msg = _learner(cfg, again, comm, device, world)
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
         return fail(str(e))
+    if comm.is_main:
+        print(msg + _summary(learner.cfg, comm), flush=True)
+    # mjx compiles its step and reset once (several tasks: each its own, not shown)
+    compile_s = getattr(getattr(getattr(learner, "env", None), "sim", None),
+                        "compile_seconds", None)
+    if compile_s is not None and comm.is_main:
+        print(f"sim {learner.cfg.sim}: compiled in {compile_s:.1f} s", flush=True)
     try:
-        trainer.train(run_dir)
-    except DistributedError as e:  # a peer died or hangs: no clean shutdown is possible
+        train_loop(learner, run_dir, wall_s, export=_export_after_training)
+    except (DistributedError, Interrupted) as e:  # a peer died or hangs, a worker died
         return fail(str(e))
     shutdown()
     if comm.is_main:
-        if trainer.cfg.export:  # several tasks: each task's own run directory
-            from trot.runs import task_dir
-
-            cfg = trainer.cfg
-            for d in [task_dir(run_dir, t) for t, _ in cfg.tasks] if cfg.with_tasks \
-                    else [run_dir]:
-                _export_after_training(d)
         print(run_dir)
     return 0
 
 
-def _trainer(cfg, resume: ResumeArgs | None, comm, device: str, actors):
-    """(trainer, run directory, what to print): a new run, or the resumed one with its
-    budget raised as --max-env-steps / --minutes ask."""
-    from trot.agents.trainer import resume_run, start_run
-    from trot.runs import raise_budget
-
-    if resume is None:
-        cfg = dataclasses.replace(cfg, device=device, nproc=comm.world_size)
-        trainer, run_dir = start_run(cfg, comm, actors)
-        return trainer, run_dir, f"run directory: {run_dir}"
-    run_dir = Path(resume.resume)
-    trainer = resume_run(run_dir, comm, device, actors)
-    trainer.cfg = raise_budget(run_dir, trainer.cfg, trainer.env_steps, trainer.wall_s,
-                               resume.max_env_steps, resume.minutes, write=comm.is_main)
-    return trainer, run_dir, f"resuming {run_dir} at iteration {trainer.iteration}"
+def _learner(cfg: TrainConfig, again: ResumeArgs | None, comm, device: str, world):
+    """(learner, run directory, training seconds so far, what to print): a new run, or
+    the resumed one with its budget raised as --max-env-steps / --minutes ask."""
+    if again is None:
+        mode = dataclasses.replace(cfg.mode, nproc=comm.world_size) \
+            if isinstance(cfg.mode, Sync) else cfg.mode
+        learner, run_dir = start(dataclasses.replace(cfg, device=device, mode=mode), comm,
+                                 world)
+        return learner, run_dir, 0.0, f"run directory: {run_dir}"
+    run_dir = Path(again.resume)
+    learner, wall_s = resume(run_dir, comm, device, world, again.max_env_steps,
+                             again.minutes)
+    return learner, run_dir, wall_s, f"resuming {run_dir} at iteration {learner.iteration}"
 
 
-def _act(cfg, world) -> int:
+def _summary(cfg: TrainConfig, comm) -> str:
+    """What the first line says of the mode."""
+    mode = cfg.mode
+    if isinstance(mode, Seeds):
+        return f" (seeds {', '.join(map(str, mode.seeds))}, trained together)"
+    if isinstance(mode, A3C):
+        return f" (a3c, {worker_count(cfg)} workers)"
+    return f" ({comm.world_size} processes)" if comm.distributed else ""
+
+
+def _act(cfg: TrainConfig, world) -> int:
     """An actor rank of `trot train TASK --actors K` (agents/actors.py)."""
-    from trot.agents.actors import run_actor
-    from trot.agents.central import run_central_actor
-    from trot.agents.distributed import DistributedError, shutdown
-
     try:
-        (run_central_actor if cfg.central_inference else run_actor)(cfg, world)
+        (run_central_actor if cfg.mode.central_inference else run_actor)(cfg, world)
     except (DistributedError, RuntimeError) as e:  # gloo's own errors are RuntimeErrors
         return fail(f"actor rank {world.rank}: the learner is gone or failed: {e}")
     shutdown()
     return 0
 
 
-def _train_a3c(cfg, resume: ResumeArgs | None) -> int:
-    """`trot train TASK --algo a3c`: worker processes on shared parameters (agents/a3c.py)."""
-    from trot.agents.a3c import A3C, WorkerDied, resume_a3c, worker_count
-    from trot.agents.checkpoint import CheckpointError
-    from trot.runs import new_run_dir, write_config
-
-    try:
-        if resume:
-            run_dir = Path(resume.resume)
-            run = resume_a3c(run_dir, resume.max_env_steps, resume.minutes)
-            msg = f"resuming {run_dir} at update {run.iteration}"
-        else:
-            run_dir, run = new_run_dir(cfg), A3C(cfg)
-            write_config(run_dir, cfg)
-            msg = f"run directory: {run_dir}"
-    except (ValueError, TypeError, KeyError, CheckpointError) as e:
-        return fail(str(e))
-    print(f"{msg} (a3c, {worker_count(run.cfg)} workers)", flush=True)
-    try:
-        run.train(run_dir)
-    except WorkerDied as e:
-        return fail(str(e))
-    if run.cfg.export:
-        _export_after_training(run_dir)
-    print(run_dir)
-    return 0
-
-
-def _train_seeds(cfg, resume: ResumeArgs | None) -> int:
-    """`trot train TASK --seeds S1 S2 ...`: the seeds as one program (agents/seeds.py)."""
-    from trot.agents.checkpoint import CheckpointError
-    from trot.agents.seeds import resume_seeds, seed_dir, start_seeds
-    from trot.runs import raise_budget
-
-    try:
-        if resume:
-            run_dir = Path(resume.resume)
-            run = resume_seeds(run_dir)
-            run.cfg = raise_budget(run_dir, run.cfg, run.env_steps, run.wall_s,
-                                   resume.max_env_steps, resume.minutes)
-            for tr in run.trainers:  # each seed's config.json keeps the budget too
-                tr.cfg = raise_budget(seed_dir(run_dir, tr.cfg.seed), tr.cfg, run.env_steps,
-                                      run.wall_s, resume.max_env_steps, resume.minutes)
-            msg = f"resuming {run_dir} at iteration {run.iteration}"
-        else:
-            run, run_dir = start_seeds(cfg)
-            msg = f"run directory: {run_dir}"
-    except (ValueError, TypeError, KeyError, CheckpointError) as e:
-        return fail(str(e))
-    print(f"{msg} (seeds {', '.join(map(str, run.cfg.seeds))}, trained together)",
-          flush=True)
-    run.train(run_dir)
-    if run.cfg.export:
-        for s in run.cfg.seeds:
-            _export_after_training(seed_dir(run_dir, s))
-    print(run_dir)
-    return 0
-
-
 def _export_after_training(run_dir: Path) -> None:
     """Export, or say why not: the run is complete either way (its checkpoint is written)."""
-    from trot.export.onnx import ExportError, export_run
+    from trot.export.onnx import ExportError, export_run  # onnx: an optional extra
 
     try:
         export_run(run_dir)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from trot.runs import atomic_write
+from trot.core.files import atomic_write
 
 TRAIN, EVAL = "metrics.csv", "eval.csv"  # agents/logger.py's and agents/periodic_eval.py's
 X_AXES = {"env_steps": ("env steps (M)", 1e-6), "wall_s": ("training wall-clock (min)", 1 / 60)}

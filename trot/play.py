@@ -31,7 +31,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from trot.agents.networks import Acting
-from trot.runs import atomic_write, load_run
+from trot.core.files import atomic_write
+from trot.agents.runs import load_run
 from trot.tasks.env import Env
 
 
@@ -328,7 +329,7 @@ def play(run_dir: Path, a: PlayArgs) -> dict[str, object]:
 
 
 def main(args: list[str]) -> int:
-    from trot.cli import parse_positional
+    from trot.cli_args import parse_positional
 
     run_dir, a = parse_positional(PlayArgs, args, "trot play RUN_DIR")
     try:

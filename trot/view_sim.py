@@ -226,7 +226,7 @@ def run_driver(run_dir: Path, seed: int, course: bool = False) -> EnvDriver:
     """A run's checkpoint acting deterministically (torch), on the cpu sim whatever the
     run trained on."""
     from trot.agents.networks import Acting
-    from trot.runs import load_run, run_config
+    from trot.agents.runs import load_run, run_config
     from trot.tasks.registry import get_task
 
     if not (Path(run_dir) / "config.json").is_file() and \
@@ -242,7 +242,7 @@ def run_driver(run_dir: Path, seed: int, course: bool = False) -> EnvDriver:
 
 def task_driver(task: str, actions: str, seed: int, course: bool = False) -> EnvDriver:
     """A registered task under zero or uniform random actions in [-1, 1]."""
-    from trot.runs import course_changes
+    from trot.agents.runs import course_changes
     from trot.tasks.registry import get_task, make_env
 
     if actions not in ACTIONS:

@@ -259,7 +259,7 @@ class Viewer:
 
 
 def main(args: list[str]) -> int:
-    from trot.cli import parse_positional
+    from trot.cli_args import parse_positional
 
     source, a = parse_positional(ViewArgs, args, "trot view RUN_DIR|TASK")
     try:

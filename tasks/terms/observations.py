@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mujoco
 
-from trot import heightfield as hf
+from trot.core import heightfield as hf
 from trot.tasks.observation import ObsTerm
 
 

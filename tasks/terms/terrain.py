@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trot import heightfield as hf
+from trot.core import heightfield as hf
 from trot.tasks import terrain as tr
 from trot.tasks.terms.body import Body, Step
 from trot.tasks.terms.commands import VelocityCommand

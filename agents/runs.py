@@ -1,102 +1,23 @@
-"""The run directory: its file names, creating one, writing into it atomically, removing
-what crashed writers left, and reading a run back. Training, evaluation, export and play
-all go through here, so none of them needs another's code (export needs no training loop).
-
-Every file a run writes goes to a temporary name beside the target, is fsynced and renamed:
-a crash at any point leaves the previous file or the new one, never half. Temporary names
-carry the writer's pid (`.NAME.PID.RANDOM.tmp`), so a run that starts or resumes can remove
-what a crashed writer left without touching the files of a live one (a concurrent export).
+"""The run directory: its file names, creating one, its config.json, and reading a run back.
+Training, evaluation, export and play all go through here, so none of them needs another's
+code (export needs no training loop). Every file is written atomically (trot/core/files.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import secrets
-import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from trot import faults
+from trot.agents.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from trot.agents.networks import ActorCritic
-from trot.config import TrainConfig, load_json, save_json
+from trot.agents.train_config import Seeds, Tasks, TrainConfig, load_json, save_json
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task, make_env
 
 CHECKPOINT = "checkpoint.pt"  # agents/checkpoint.py's format
 CONFIG = "config.json"  # the TrainConfig the run was started with (budgets as raised)
-
-
-class CheckpointError(RuntimeError):
-    """A run directory or its checkpoint that cannot be read back."""
-
-
-# ---------------------------------------------------------------------- atomic writes
-def temp_prefix(name: str) -> str:
-    """The start of a temporary name for `name` written by this process."""
-    return f".{name}.{os.getpid()}."
-
-
-_TEMP = re.compile(r"^\.(?P<name>.+?)\.(?P<pid>\d+)\.[^./]+\.tmp(?:\.[A-Za-z0-9]+)?$")
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def remove_stale_temps(folder: Path) -> list[Path]:
-    """Remove the temporary files and folders that crashed writers left in `folder` (those
-    whose pid no longer runs); returns what was removed."""
-    removed = []
-    for p in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
-        m = _TEMP.match(p.name)
-        if m is None or _alive(int(m["pid"])):
-            continue
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        removed.append(p)
-    return removed
-
-
-def _new_temp(path: Path, suffix: str) -> str:
-    """A new empty file beside `path` with the mode a plain open gives (0666 less the
-    umask): tempfile.mkstemp's 0600 would leave run files unreadable to the group."""
-    for _ in range(100):
-        tmp = path.parent / f"{temp_prefix(path.name)}{secrets.token_hex(4)}{suffix}"
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return str(tmp)
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
-
-
-def atomic_write(path: Path, write: Callable[[Path], None], suffix: str = ".tmp") -> None:
-    """Call write(tmp) then atomically move tmp over path. `suffix` ends the temporary
-    name (".tmp.mp4" for writers that choose a format by extension)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _new_temp(path, suffix)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        faults.point(f"tmp-written-{path.name}")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------- create and read
@@ -110,7 +31,7 @@ def new_run_dir(cfg: TrainConfig) -> Path:
             raise ValueError(f"{d} already holds a run: continue it with `trot train "
                              f"--resume {d}`, or give another --run-dir")
         return d
-    base = Path("runs") / "+".join([cfg.task, *cfg.with_tasks]) / time.strftime(
+    base = Path("runs") / "+".join(t for t, _ in cfg.tasks) / time.strftime(
         "%Y%m%d-%H%M%S")
     d, k = base, 1
     while d.exists():
@@ -129,7 +50,7 @@ def each_task(run_dir: Path) -> list[tuple[str | None, Path]]:
     task directories, by task name; any other folder is itself (name None)."""
     path = Path(run_dir) / CONFIG
     cfg = load_json(path) if path.is_file() else None
-    if cfg is None or not cfg.with_tasks:
+    if cfg is None or not isinstance(cfg.mode, Tasks):
         return [(None, Path(run_dir))]
     return [(name, task_dir(run_dir, name)) for name, _ in cfg.tasks]
 
@@ -168,18 +89,15 @@ def raise_budget(run_dir: Path, cfg: TrainConfig, env_steps: int, wall_s: float,
     return cfg
 
 
-def read_checkpoint(run_dir: Path, map_location: str = "cpu") -> dict[str, Any]:
+def read_checkpoint(run_dir: Path, map_location: str = "cpu") -> Checkpoint:
     """The run's last checkpoint (agents/checkpoint.py: loading it runs no code)."""
-    # imported here: agents/checkpoint.py writes through this module
-    from trot.agents.checkpoint import load_checkpoint
-
     return load_checkpoint(Path(run_dir) / CHECKPOINT, map_location=map_location)
 
 
 @dataclass
 class LoadedRun:
     cfg: TrainConfig
-    state: dict
+    checkpoint: Checkpoint
     env: Env
     ac: ActorCritic
 
@@ -191,23 +109,23 @@ def load_run(run_dir: Path, num_envs: int, seed: int = 12345, device: str = "cpu
     sim: the physics backend of that env (default: the run's own, `cfg.sim`); course: on
     the task's fixed terrain course (`course_changes`); changes: task config fields to
     replace (`trot view`: no pushes, no randomization)."""
-    state = read_checkpoint(run_dir, map_location=device)
+    ckpt = read_checkpoint(run_dir, map_location=device)
     cfg = load_json(Path(run_dir) / CONFIG)
-    if cfg.seeds:
-        raise ValueError(f"{run_dir} is a run of seeds {list(cfg.seeds)} trained together: "
-                         f"give one seed's directory, e.g. {Path(run_dir) / 'seed_'}"
-                         f"{cfg.seeds[0]}")
-    if cfg.with_tasks:
+    if isinstance(cfg.mode, Seeds):
+        raise ValueError(f"{run_dir} is a run of seeds {list(cfg.mode.seeds)} trained "
+                         f"together: give one seed's directory, e.g. "
+                         f"{Path(run_dir) / 'seed_'}{cfg.mode.seeds[0]}")
+    if isinstance(cfg.mode, Tasks):
         raise ValueError(f"{run_dir} is one policy trained on tasks "
-                         f"{[cfg.task, *cfg.with_tasks]}: give one task's directory, e.g. "
+                         f"{[t for t, _ in cfg.tasks]}: give one task's directory, e.g. "
                          f"{task_dir(run_dir, cfg.task)}")
     task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
     changes = (changes or {}) | (course_changes(cfg.task, task_cfg) if course else {})
     env = make_env(cfg.task, num_envs, cfg.sim if sim is None else sim, device, seed,
                    dataclasses.replace(task_cfg, **({"obs_noise": False} | changes)))
     ac = ActorCritic(env.obs_dim, env.critic_obs_dim, env.action_dim, cfg.agent_effective)
-    ac.load_state_dict(state["model"])
-    return LoadedRun(cfg, state, env, ac.to(device).eval())
+    ac.load_state_dict(ckpt.model)
+    return LoadedRun(cfg, ckpt, env, ac.to(device).eval())
 
 
 def course_changes(task: str, config) -> dict:

@@ -254,7 +254,7 @@ def _named(name: str) -> Kind:
 
 
 def _scan_points(grid) -> np.ndarray:
-    from trot import heightfield as hf
+    from trot.core import heightfield as hf
 
     return hf.scan_offsets(grid)
 
@@ -265,7 +265,7 @@ def _scan_source(env, t):
     per-episode `scan_bias` [N] while noise is on; terms without one share one scan."""
     import torch
 
-    from trot import heightfield as hf
+    from trot.core import heightfield as hf
 
     qpos = env.sim.qpos
     maps, plane = hf.height_maps(env.sim.model, qpos.new_tensor)
@@ -313,7 +313,7 @@ class _ChangedRows:
 
 def _robot_scan(builder, src: dict, data) -> np.ndarray:
     """sim2sim: the scan from the exported terrain; on a robot, its own perception's."""
-    from trot import heightfield as hf
+    from trot.core import heightfield as hf
 
     maps, plane = builder.height_maps()
     s = src["start"]
@@ -323,7 +323,7 @@ def _robot_scan(builder, src: dict, data) -> np.ndarray:
 
 
 def _scan_json(t) -> dict:
-    from trot import heightfield as hf
+    from trot.core import heightfield as hf
 
     return {"grid": list(t.grid), "start": t.start, "frame": "yaw-aligned base",
             "points": hf.scan_offsets(t.grid).tolist(), "order": "x-major",
@@ -331,7 +331,7 @@ def _scan_json(t) -> dict:
 
 
 def _mirror_scan(t, size: int, ctx: MirrorContext) -> Perm:
-    from trot import heightfield as hf
+    from trot.core import heightfield as hf
 
     return hf.mirror_permutation(t.grid), [1.0] * size
 
@@ -371,7 +371,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
             "last_action"),
     _named("data"),
     _named("param"),
-    # base height above the terrain at a grid of points around the base (trot/heightfield.py)
+    # base height above the terrain at a grid of points around the base (trot/core/heightfield.py)
     Kind("height_scan", size=lambda t, s: len(_scan_points(t.grid)),
          pool=lambda t: f"height_scan:{t.start}:{t.grid}:{t.episode_offset > 0}", source=_scan_source,
          columns=_whole, to_json=_scan_json, robot=_robot_scan, mirror=_mirror_scan,

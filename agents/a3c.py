@@ -305,9 +305,14 @@ class A3C:
                 rows.append(self._count(self.shared.reports.get(timeout=0.2)))
             except queue.Empty:
                 pass
-        if not failed:
+        if failed:
+            return []
+        try:
             _check_alive(self.procs, self.run_dir)  # one that died after the last look
-        return [] if failed else rows
+        except WorkerDied as e:
+            e.rows = rows  # the loop logs them and checkpoints, then raises
+            raise
+        return rows
 
     def policy(self) -> None:
         return None  # RULES refuse eval_every: workers would train on while it ran

@@ -27,6 +27,7 @@ they read any run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -41,9 +42,11 @@ from trot.agents.loop import one_logger, one_progress
 from trot.agents.networks import Acting, ActorCritic, fold, reset_state
 from trot.agents.runs import LoadedRun, load_run
 from trot.agents.train_config import TrainConfig
+from trot.core.files import atomic_write
 from trot.tasks.env import Env, stack_history
 from trot.tasks.registry import make_env
 
+RECORD = "distill.json"  # the teacher: its task, observation terms and history
 STATE_KEYS = ("model", "optimizer", "env", "gen", "torch_rng", "student_state", "fresh",
               "teacher_obs", "teacher_state")
 
@@ -191,7 +194,14 @@ class Distiller:
             f"{m['distill_loss']:.4f}"
 
     def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
-        pass
+        """distill.json: what the teacher is (config.json's mode has its path and the
+        settings), for whoever reads the run."""
+        record = {"teacher": self.cfg.mode.teacher, "teacher_task": self.teacher_task,
+                  "teacher_terms": [s.term.name for s in self.teacher.layout.slots],
+                  "teacher_history": self.teacher.k}
+        text = json.dumps(record, indent=1) + "\n"
+        if not (run_dir / RECORD).is_file() or (run_dir / RECORD).read_text() != text:
+            atomic_write(run_dir / RECORD, lambda p: p.write_text(text))
 
     def run_dirs(self, run_dir: Path) -> list[Path]:
         return [Path(run_dir)]

@@ -80,7 +80,10 @@ class Learner(Protocol):
 
 class Interrupted(RuntimeError):
     """A part of the learner failed (an a3c worker died) and the learner stopped the rest
-    cleanly: the loop writes the checkpoint, then raises this."""
+    cleanly: the loop logs `rows` (raised by `close`: what the others finished), writes the
+    checkpoint, then raises this."""
+
+    rows: list[dict[str, float]] = []
 
 
 def one_logger(learner: Learner, run_dir: Path, at: Counters) -> RunLogger:
@@ -100,7 +103,7 @@ def checkpoint(learner: Learner, wall_s: float) -> Checkpoint | None:
                       Counters(learner.iteration, learner.env_steps, wall_s), state)
 
 
-def save(learner: Learner, run_dir: Path, wall_s: float) -> None:
+def save(learner: Learner, run_dir: Path, wall_s: float = 0.0) -> None:
     ckpt = checkpoint(learner, wall_s)
     if ckpt is not None:
         save_checkpoint(run_dir / CHECKPOINT, ckpt)
@@ -166,12 +169,18 @@ def _finish(learner: Learner, run_dir: Path, clock: _Clock,
             logger: RunLogger | None) -> None:
     """The end of a run: the learner stops what it started, its last rows are logged, the
     logs closed, the last checkpoint written. Returns None: the logger is closed."""
-    rows = learner.close(failed=False)
+    late = None
+    try:
+        rows = learner.close(failed=False)
+    except Interrupted as e:  # e.g. a worker that died after the last iteration
+        rows, late = e.rows, e
     if logger is not None:
         for m in rows:
             logger.log(m | {"wall_s": clock.now()})
         logger.close()
     save(learner, run_dir, clock.wall_s)
+    if late is not None:
+        raise late
 
 
 def _log(learner: Learner, m: dict[str, float], logger: RunLogger | None,

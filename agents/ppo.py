@@ -274,6 +274,8 @@ class PPO:
         if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
             batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
         if seq is None:  # rows shuffled: the epochs every seed of a stack runs too
+            if batch.table is None:  # a batch built field by field (tests): one table
+                batch = Batch.packed(*batch.fields())
             self._shuffled = reuse(self._shuffled, (1, *batch.table.shape), batch.table)
             like = batch.fields()
             out = epochs(cfg, [batch.table], [gen], self._shuffled, lambda mb, adapt:

@@ -34,6 +34,7 @@ class Sync:
     processes (DD-PPO's synchronous replicas, torchrun)."""
 
     kind: ClassVar[str] = "sync"
+    title: ClassVar[str] = "synchronous training (one process, or --nproc K)"
     nproc: int = 1
     """processes, one per device, trained data-parallel on torch.distributed (gloo on CPU,
     NCCL on CUDA); > 1 launches torchrun. num_envs and the batch are per process"""
@@ -85,6 +86,7 @@ class Actors:
     agent.off_policy says (vtrace: IMPALA's), and logs it (policy_lag)."""
 
     kind: ClassVar[str] = "actors"
+    title: ClassVar[str] = "decoupled actors (--actors K)"
     actors: int = 1
     """actor processes"""
     central_inference: bool = False
@@ -105,6 +107,7 @@ class A3C:
     gradients to shared parameters without locks, with a shared RMSProp."""
 
     kind: ClassVar[str] = "a3c"
+    title: ClassVar[str] = "A3C (--algo a3c)"
     workers: int = 0
     """worker processes, each with its own num_envs envs and an equal share of the cores
     (0: one per core this process may use)"""
@@ -121,6 +124,7 @@ class Seeds:
     optimizer and statistics."""
 
     kind: ClassVar[str] = "seeds"
+    title: ClassVar[str] = "seeds trained together (--seeds)"
     seeds: tuple[int, ...] = (0, 1)
     """the seeds trained together (replaces --seed)"""
 
@@ -137,6 +141,7 @@ class Tasks:
     index; each task keeps its own value output and PopArt statistics."""
 
     kind: ClassVar[str] = "tasks"
+    title: ClassVar[str] = "several tasks (trot train TASK_A TASK_B)"
     with_tasks: tuple[str, ...] = ()
     """the further registered tasks the same policy trains on (`trot train TASK_A TASK_B`)"""
     with_envs: tuple[TaskConfig, ...] = ()
@@ -174,6 +179,7 @@ class Distill:
     which learns to act as the teacher run did."""
 
     kind: ClassVar[str] = "distill"
+    title: ClassVar[str] = "distillation (trot distill)"
     teacher: str = ""
     """the teacher's run directory"""
     distill: DistillSettings = field(default_factory=DistillSettings)
@@ -222,7 +228,7 @@ RULES = (
 
 def describe(mode_cls: type) -> str:
     """A mode as a user names it (in messages)."""
-    return (mode_cls.__doc__ or mode_cls.__name__).split(":")[0].split("(")[0].strip()
+    return mode_cls.title
 
 
 # ---------------------------------------------------------------------- the config

@@ -30,6 +30,7 @@ from locomotion_cpu import evaluate_now
 from trot.agents.config import parse_override, tuned
 from trot.agents.multitask import task_view
 from trot.agents.learners import build, resume
+from trot.agents.loop import save
 from trot.agents.train_config import Tasks, TrainConfig
 from trot.core.files import atomic_write
 from trot.agents.runs import CHECKPOINT, write_config

@@ -4,17 +4,17 @@ recomputes them from model.xml to check a contract (checks.check_model)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import mujoco
 import numpy as np
+
+from trot.export.schema import Actuator
 
 
 def _name(model: mujoco.MjModel, kind: mujoco.mjtObj, i: int) -> str:
     return mujoco.mj_id2name(model, kind, i) or f"{kind.name.lower()}_{i}"
 
 
-def actuators(model: mujoco.MjModel) -> list[dict[str, Any]]:
+def actuators(model: mujoco.MjModel) -> list[Actuator]:
     """Per actuator, in actuator order: its joint, PD gains (position servos) and limits."""
     out = []
     for i in range(model.nu):
@@ -29,20 +29,19 @@ def actuators(model: mujoco.MjModel) -> list[dict[str, Any]]:
                        and model.actuator_biastype[i] == mujoco.mjtBias.mjBIAS_AFFINE
                        and np.isclose(bias[1], -gain[0]))
         gear = float(model.actuator_gear[i, 0])
-        ctrl = [float(x) for x in model.actuator_ctrlrange[i]] \
+        ctrl = tuple(float(x) for x in model.actuator_ctrlrange[i]) \
             if model.actuator_ctrllimited[i] else None
-        force = [float(x) for x in model.actuator_forcerange[i]] \
+        force = tuple(float(x) for x in model.actuator_forcerange[i]) \
             if model.actuator_forcelimited[i] else None
         if force is None and ctrl is not None and not is_position:
-            force = [c * gear for c in ctrl]  # a motor's torque is bounded by ctrl * gear
-        out.append({
-            "name": _name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i),
-            "joint": _name(model, mujoco.mjtObj.mjOBJ_JOINT, jid),
-            "type": "position" if is_position else "motor",
-            "kp": float(gain[0]) if is_position else None,
-            "kd": float(-bias[2]) if is_position else None,
-            "gear": gear, "ctrl_range": ctrl, "torque_limit": force,
-        })
+            force = tuple(c * gear for c in ctrl)  # a motor's torque is bounded by ctrl * gear
+        out.append(Actuator(
+            name=_name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i),
+            joint=_name(model, mujoco.mjtObj.mjOBJ_JOINT, jid),
+            type="position" if is_position else "motor",
+            kp=float(gain[0]) if is_position else None,
+            kd=float(-bias[2]) if is_position else None,
+            gear=gear, ctrl_range=ctrl, torque_limit=force))
     return out
 
 

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trot.export.contract import STATE_NAMES, build_contract, dumps, sha256
+from trot.export.contract import STATE_NAMES, build_contract, sha256
+from trot.export.schema import Contract
 from trot.core.files import temp_prefix
 from trot.agents.runs import load_run
 from trot.tasks.env import Env
@@ -162,7 +163,7 @@ def require_export_deps() -> None:
                           "installed): pip install 'trot[export]'")
 
 
-def check_written_model(contract: dict, xml: str, files: dict[str, bytes]) -> None:
+def check_written_model(contract: Contract, xml: str, files: dict[str, bytes]) -> None:
     """The checks the runner makes at load (checks.check_model), on the model.xml about to
     be written: an export the robot side would refuse is never written."""
     import mujoco
@@ -198,7 +199,7 @@ def export_policy(env: Env, policy: DeployedPolicy, task_config: Any, env_steps:
     contract = build_contract(env, task_config, env_steps, OPSET, sha256(xml.encode()),
                               files, policy.memory)
     check_written_model(contract, xml, files)
-    text = dumps(contract)
+    text = contract.dumps()  # policy.json, and the graph's "trot" metadata
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("export"), suffix=".tmp", dir=out))
     try:

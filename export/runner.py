@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trot.export.checks import ContractError, check_model, check_version, robot_kind
+from trot.export.checks import ContractError, check_model, robot_kind
+from trot.export.schema import Contract, ObservationSpec, ObservationTerm, RecurrentState
 
 __all__ = ["ContractError", "JointMap", "ObservationBuilder", "OnnxPolicy"]
 
@@ -70,7 +71,7 @@ class OnnxPolicy:
         self.dir = onnx_path.parent
         text = json_path.read_text()
         try:
-            self.contract = json.loads(text)
+            raw = json.loads(text)
         except json.JSONDecodeError as e:
             raise ContractError(f"{json_path} is not valid JSON: {e}") from e
         try:
@@ -79,23 +80,22 @@ class OnnxPolicy:
         except Exception as e:  # onnxruntime raises its own types for corrupt files
             raise ContractError(f"{onnx_path} is not a loadable ONNX model: {e}") from e
         meta = self.session.get_modelmeta().custom_metadata_map.get("trot")
-        if meta is None or json.loads(meta) != self.contract:
+        if meta is None or json.loads(meta) != raw:
             raise ContractError(f"{json_path.name} does not match the contract stored inside "
                                 f"{onnx_path.name}; re-export both together")
-        c = self.contract
-        check_version(c)
-        self.obs_dim, self.action_dim = int(c["obs_dim"]), int(c["action_dim"])
+        self.contract = c = Contract.from_json(raw)  # its version and keys checked
+        self.obs_dim, self.action_dim = int(c.obs_dim), int(c.action_dim)
         _check_memory_rules(c)
-        self.history = int(c["obs_history"]["length"])
-        self.state_spec = list(c["recurrent_state"])
+        self.history = int(c.obs_history.length)
+        self.state_spec = c.recurrent_state
         _check_graph(self.session, self.history * self.obs_dim, self.action_dim,
                      self.state_spec)
-        extra = c["model_files"]
+        extra = c.model_files
         bad = [n for n in extra if Path(n).name != n or n in (".", "..")]
         if bad:
             raise ContractError(f"policy.json model_files {bad}: plain file names beside "
                                 "model.xml only")
-        files = {xml_path.name: c["model_xml_sha256"]} | extra
+        files = {xml_path.name: c.model_xml_sha256} | extra
         for name, want in files.items():  # model.xml and the files it reads (terrains)
             f = self.dir / name
             if not f.is_file():
@@ -111,11 +111,11 @@ class OnnxPolicy:
 
         self.model = mujoco.MjModel.from_xml_path(str(xml_path))  # the robot, as trained
         check_model(c, self.model)
-        self.scale = np.asarray(c["action_scale"], dtype=np.float64)
-        self.offset = np.asarray(c["action_offset"], dtype=np.float64)
-        ranges = [a["ctrl_range"] or (-np.inf, np.inf) for a in c["actions"]]
+        self.scale = np.asarray(c.action_scale, dtype=np.float64)
+        self.offset = np.asarray(c.action_offset, dtype=np.float64)
+        ranges = [a.ctrl_range or (-np.inf, np.inf) for a in c.actions]
         self.ctrl_low, self.ctrl_high = np.asarray(ranges, dtype=np.float64).T  # [nu] each
-        self.policy_joints = [a["joint"] for a in c["actions"]]
+        self.policy_joints = [a.joint for a in c.actions]
         self.joints = JointMap(self.policy_joints, robot_joints or self.policy_joints)
 
         self.reset()
@@ -157,8 +157,8 @@ class OnnxPolicy:
             action = self.session.run(["action"], {"obs": batch})[0]
             return action[0] if x.ndim == 1 else action
         feeds = self._remember(batch)
-        outs = self.session.run(["action", *(s["output"] for s in self.state_spec)], feeds)
-        self._state = {s["input"]: v for s, v in zip(self.state_spec, outs[1:])}
+        outs = self.session.run(["action", *(s.output for s in self.state_spec)], feeds)
+        self._state = {s.input: v for s, v in zip(self.state_spec, outs[1:])}
         return outs[0][0] if x.ndim == 1 else outs[0]
 
     def _remember(self, frame: np.ndarray) -> dict[str, np.ndarray]:
@@ -168,7 +168,7 @@ class OnnxPolicy:
         if self._frames is None:  # every robot starts an episode
             self._fresh = np.ones(b, dtype=bool)
             self._frames = np.zeros((b, self.history * self.obs_dim), np.float32)
-            self._state = {s["input"]: np.zeros((b, *s["shape"]), np.float32)
+            self._state = {s.input: np.zeros((b, *s.shape), np.float32)
                            for s in self.state_spec}
         if b != len(self._frames):
             raise ValueError(f"a batch of {b} observations, but this policy's memory holds "
@@ -191,31 +191,32 @@ class OnnxPolicy:
         return self.joints.to_robot(self.ctrl(action))
 
 
-def _check_memory_rules(c: dict) -> None:
+def _check_memory_rules(c: Contract) -> None:
     """A history or state rule other than those this runner implements would be misread
     without a word: refused, naming the field."""
-    h = c["obs_history"]
-    for key, want in (("order", HISTORY_ORDER), ("fill", HISTORY_FILL)):
-        if h.get(key) != want:
-            raise ContractError(f"policy.json obs_history.{key} is {h.get(key)!r}; this "
+    h = c.obs_history
+    for key, got, want in (("order", h.order, HISTORY_ORDER), ("fill", h.fill, HISTORY_FILL)):
+        if got != want:
+            raise ContractError(f"policy.json obs_history.{key} is {got!r}; this "
                                 f"runner implements {want!r}")
-    if h.get("input_dim") != h.get("length", 1) * c["obs_dim"]:
-        raise ContractError(f"policy.json obs_history.input_dim {h.get('input_dim')} is "
-                            f"not length {h.get('length')} x obs_dim {c['obs_dim']}")
-    for i, s in enumerate(c["recurrent_state"]):
-        if s.get("reset") != STATE_RESET:
+    if h.input_dim != h.length * c.obs_dim:
+        raise ContractError(f"policy.json obs_history.input_dim {h.input_dim} is "
+                            f"not length {h.length} x obs_dim {c.obs_dim}")
+    for i, s in enumerate(c.recurrent_state):
+        if s.reset != STATE_RESET:
             raise ContractError(f"policy.json recurrent_state[{i}].reset is "
-                                f"{s.get('reset')!r}; this runner implements {STATE_RESET!r}")
+                                f"{s.reset!r}; this runner implements {STATE_RESET!r}")
 
 
-def _check_graph(session, input_dim: int, action_dim: int, state: list[dict]) -> None:
+def _check_graph(session, input_dim: int, action_dim: int,
+                 state: tuple[RecurrentState, ...]) -> None:
     """The graph's inputs and outputs are the contract's: obs [B, history * obs_dim] and the
     recurrent state's inputs, action [B, action_dim] and the state's outputs, each state
     [B, *shape]."""
     ins = {i.name: i.shape for i in session.get_inputs()}
     outs = {o.name: o.shape for o in session.get_outputs()}
-    want_in = {"obs": [input_dim]} | {s["input"]: list(s["shape"]) for s in state}
-    want_out = {"action": [action_dim]} | {s["output"]: list(s["shape"]) for s in state}
+    want_in = {"obs": [input_dim]} | {s.input: list(s.shape) for s in state}
+    want_out = {"action": [action_dim]} | {s.output: list(s.shape) for s in state}
     for kind, got, want in (("inputs", ins, want_in), ("outputs", outs, want_out)):
         if sorted(got) != sorted(want):
             raise ContractError(f"the onnx graph's {kind} are {sorted(got)} but policy.json "
@@ -228,15 +229,18 @@ def _check_graph(session, input_dim: int, action_dim: int, state: list[dict]) ->
 
 
 class ObservationBuilder:
-    """Builds the policy observation from a MjData following the json layout."""
+    """Builds the policy observation from a MjData following the json layout. `contract`:
+    a Contract (OnnxPolicy.contract), or a mapping with its observation, obs_dim,
+    command_dim and action_dim (ObservationSpec.of)."""
 
-    def __init__(self, contract: dict, model) -> None:
+    def __init__(self, contract: Contract | ObservationSpec | dict, model) -> None:
         import mujoco
 
-        self.layout = contract["observation"]
-        self.dim = int(contract["obs_dim"])
-        self.command = np.zeros(int(contract["command_dim"]))
-        self.last_action = np.zeros(int(contract["action_dim"]))
+        spec = ObservationSpec.of(contract)
+        self.layout = spec.observation
+        self.dim = int(spec.obs_dim)
+        self.command = np.zeros(int(spec.command_dim))
+        self.last_action = np.zeros(int(spec.action_dim))
         self.time = 0.0  # s since this episode began: the gait clock terms read it
         self._model, self._maps = model, None
         self._sensor = {}
@@ -260,10 +264,13 @@ class ObservationBuilder:
             raise ContractError(f"the model has no sensor {name!r} that the observation "
                                 "reads") from None
 
-    def raw(self, term: dict, data) -> np.ndarray:
-        """The term's raw values from `data` (its kind's robot-side read, KINDS)."""
-        kind = robot_kind(term["source"]["kind"], f"observation term {term['name']!r}")
-        return kind.robot(self, term["source"], data)
+    def raw(self, term: ObservationTerm | dict, data) -> np.ndarray:
+        """The term's raw values from `data` (its kind's robot-side read, KINDS); a term
+        of the layout, or its json object."""
+        if not isinstance(term, ObservationTerm):
+            term = ObservationTerm.from_json(term)
+        kind = robot_kind(term.kind, f"observation term {term.name!r}")
+        return kind.robot(self, term.source, data)
 
     def build(self, data) -> np.ndarray:
         """The observation from `data`; a non-finite raw value (a sensor fault) reads as 0,
@@ -272,8 +279,8 @@ class ObservationBuilder:
         for term in self.layout:
             raw = np.nan_to_num(np.asarray(self.raw(term, data), dtype=np.float64),
                                 nan=0.0, posinf=0.0, neginf=0.0)
-            if "clip" in term["source"]:
-                raw = np.clip(raw, *term["source"]["clip"])
-            x = (raw - np.asarray(term["offset"])) * term["scale"]
-            obs[term["start"]:term["start"] + term["size"]] = x
+            if "clip" in term.source:  # the source's own field (observation_kinds.py)
+                raw = np.clip(raw, *term.source["clip"])
+            x = (raw - np.asarray(term.offset)) * term.scale
+            obs[term.start:term.start + term.size] = x
         return obs.astype(np.float32)

@@ -15,6 +15,7 @@ import torch
 
 from trot.export.checks import ContractError, same_values
 from trot.export.runner import ObservationBuilder, OnnxPolicy
+from trot.export.schema import Contract, ObservationTerm
 from trot.agents.runs import course_changes
 from trot.sim.base import RNE_POST_FIELDS, check_field, sensor_slices, sensor_view
 from trot.tasks.base import Task
@@ -75,28 +76,30 @@ class PlainSim:
             self.refresh()
 
 
-def check_task(c: dict, task: Task, model: mujoco.MjModel) -> None:
+def check_task(c: Contract, task: Task, model: mujoco.MjModel) -> None:
     """Refuse a contract that the task's own code, run on model.xml, contradicts: its
     action_scale, action_offset, command_dim and observation layout (ContractError naming
     the field). The robot runner checks the model side (checks.check_model)."""
     scale, offset = task.action_affine(model)
     dims = {k: v.size for k, v in sensor_slices(model).items()}
-    layout = make_layout(task.policy_terms(), dims, task.command_dim, model.nu).to_json()
-    expected = {"action_scale": scale, "action_offset": offset,
-                "command_dim": task.command_dim}
-    for field, want in expected.items():
-        if not same_values(c[field], want):
-            raise ContractError(f"policy.json {field} is {c[field]} but task {c['task']!r} "
+    layout = [ObservationTerm.from_json(t) for t in
+              make_layout(task.policy_terms(), dims, task.command_dim, model.nu).to_json()]
+    for name, got, want in (("action_scale", c.action_scale, scale),
+                            ("action_offset", c.action_offset, offset),
+                            ("command_dim", c.command_dim, task.command_dim)):
+        if not same_values(got, want):
+            raise ContractError(f"policy.json {name} is {got} but task {c.task!r} "
                                 f"computes {want} on model.xml")
-    if len(layout) != len(c["observation"]):
-        raise ContractError(f"policy.json observation has {len(c['observation'])} terms, "
-                            f"task {c['task']!r} has {len(layout)}")
-    for k, (got, want) in enumerate(zip(c["observation"], layout)):
-        for key in want:
-            if not same_values(got.get(key), want[key]):
-                raise ContractError(f"policy.json observation[{k}].{key} ({want['name']!r}) "
-                                    f"is {got.get(key)} but task {c['task']!r} computes "
-                                    f"{want[key]} on model.xml")
+    if len(layout) != len(c.observation):
+        raise ContractError(f"policy.json observation has {len(c.observation)} terms, "
+                            f"task {c.task!r} has {len(layout)}")
+    for k, (got, want) in enumerate(zip(c.observation, layout)):
+        for f in dataclasses.fields(want):
+            mine, theirs = getattr(got, f.name), getattr(want, f.name)
+            if not same_values(mine, theirs):
+                raise ContractError(f"policy.json observation[{k}].{f.name} ({want.name!r}) "
+                                    f"is {mine} but task {c.task!r} computes "
+                                    f"{theirs} on model.xml")
 
 
 class PlainRunner:
@@ -109,23 +112,23 @@ class PlainRunner:
                  course: bool = False):
         self.policy = policy = OnnxPolicy(export_dir)  # an export directory is self-contained
         c = policy.contract
-        if not is_registered(c["task"]):  # a user task: its recorded source
-            load_recorded(c.get("task_source"), Path(export_dir))
-        entry = get_task(c["task"])
-        cfg = type(entry.config).from_dict(c["task_config"] | (task_changes or {}))
+        if not is_registered(c.task):  # a user task: its recorded source
+            load_recorded(c.task_source, Path(export_dir))
+        entry = get_task(c.task)
+        cfg = type(entry.config).from_dict(c.task_config | (task_changes or {}))
         if course:
-            cfg = dataclasses.replace(cfg, **course_changes(c["task"], cfg))
+            cfg = dataclasses.replace(cfg, **course_changes(c.task, cfg))
         self.task = entry.task_cls(cfg)
         self.model = model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
         self.data = mujoco.MjData(model)
-        self.sim = PlainSim(model, self.data, int(c["substeps"]))
+        self.sim = PlainSim(model, self.data, int(c.substeps))
         self.task.bind_actions(self.sim)
         self.task.bind(self.sim)
         check_task(c, self.task, model)
         self.builder = ObservationBuilder(c, model)
         # the motors get each action this many control steps late, as in training: the
         # robot's own latency, which a plain simulation must add (the runner adds none)
-        self.latency = int(c["action_latency_steps"])
+        self.latency = int(c.action_latency_steps)
         self.pending: list[np.ndarray] = []
 
     def start(self, qpos: np.ndarray, qvel: np.ndarray, gen: torch.Generator) -> None:
@@ -210,5 +213,5 @@ def run_sim2sim(run_dir: Path, episodes: int = 10, seed: int = 12345,
     out |= {k: float(np.mean(v)) if v else None for k, v in metrics.items()}
     out |= {k: float(np.mean(v)) for k, v in outcomes.items()}
     return out | task.summarize(out) | {
-        "env_steps": float(r.policy.contract["training_env_steps"]),
+        "env_steps": float(r.policy.contract.training_env_steps),
         "max_return": task.max_return()}

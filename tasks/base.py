@@ -1,8 +1,9 @@
 """The task contract: a task builds its MJCF, places its robots, maps actions to controls and
 scores states. Everything is torch on the sim's device and works on every backend.
 
-The env loop (tasks/env.py) owns clocks, resets, the NaN guard and observation assembly,
-so a task file holds only what is specific to the task.
+The env loop (tasks/env.py) owns clocks (a task may keep their record, `Episode`, for its
+own terms to read), resets, the NaN guard and observation assembly, so a task file holds
+only what is specific to the task.
 """
 
 from __future__ import annotations
@@ -113,6 +114,37 @@ def _tuples(v: object) -> object:
     return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
+@dataclass(frozen=True)
+class Episode:
+    """Each env's place in its episode, beside the sim's state: what the env loop's time
+    limit, the `last_action` observation and the checkpoint read, and a task's terms too
+    (the terrain curriculum's time so far, the action-rate penalty's previous action).
+
+    One record, one owner: the task where it keeps one (`Task.episode`: tasks/velocity.py
+    starts and advances it in `on_reset` and `post_step`, which every runner of a task
+    calls, `Env` and export/sim2sim.py's plain runner alike, so its terms read the same
+    record under both), else the env. Only the owner calls `start` and `advance`; the env
+    also sets staggered starts and restores checkpoints in place, in either case."""
+
+    step: Tensor  # [N] int64 control steps since the episode began, counted at each step's end
+    last_action: Tensor  # [N, A] the (clipped) action of the last step; 0 at an episode's start
+
+    @classmethod
+    def zeros(cls, n: int, action_dim: int, device: torch.device) -> "Episode":
+        return cls(torch.zeros(n, dtype=torch.int64, device=device),
+                   torch.zeros(n, action_dim, device=device))
+
+    def start(self, mask: Tensor) -> None:
+        """Envs where mask [N] is set begin an episode."""
+        self.step.masked_fill_(mask, 0)
+        self.last_action.masked_fill_(mask[:, None], 0.0)
+
+    def advance(self, action: Tensor) -> None:
+        """Every env took a step with action [N, A] (in place: readers hold these tensors)."""
+        self.last_action.copy_(action)
+        self.step.add_(1)
+
+
 @dataclass
 class Observation:
     """What the agent sees. Layouts (named slices) are static: `Env.policy_layout`."""
@@ -149,6 +181,10 @@ class Task(ABC, Generic[C]):
     data_fields: tuple[str, ...] = ()
     """MjData fields beyond qpos/qvel/sensordata that the task (or a kind='data' observation
     term) reads with `sim.data(name)`, e.g. ("xpos", "cfrc_ext"); the sim tracks only these"""
+    episode: Episode | None = None
+    """the task's own `Episode` record, where it keeps one (set in `bind`; its `on_reset`
+    starts and its `post_step` advances it): the env reads it and leaves it to the task.
+    None: the env keeps the record"""
 
     def __init__(self, config: C):
         self.config = config
@@ -179,7 +215,8 @@ class Task(ABC, Generic[C]):
 
     def staggered(self, sim: BatchedSim, elapsed: Tensor) -> None:
         """`Env.reset(stagger=True)` started each env's first episode elapsed [N] seconds into
-        its clock: a task that keeps its own episode clock sets it here."""
+        its clock (`Episode.step`, already set, in the task's record too): a task that keeps
+        another clock that must start there sets it here."""
 
     def episode_end(self, sim: BatchedSim, mask: Tensor) -> None:
         """Envs where mask [N] is set are about to reset, in the state their episode ended

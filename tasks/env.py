@@ -15,7 +15,7 @@ from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
 from trot.tasks import mirror
-from trot.tasks.base import Observation, StepResult, Task, checked_output
+from trot.tasks.base import Episode, Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
 from trot.tasks.stats import EpisodeStats
 from trot.core.observation_kinds import KINDS
@@ -54,11 +54,10 @@ class Env:
         task.bind_actions(sim)
         task.bind(sim)
         n, dev = self.num_envs, self.device
-        self.episode_step = torch.zeros(n, dtype=torch.int64, device=dev)
+        self._adopt_episode(task.episode)
         self._ones = torch.ones(n, device=dev)
         self._no_unstable = torch.zeros((), dtype=torch.int64, device=dev)  # read-only
         self._first_episodes_left = 0  # steps until every staggered first episode has ended
-        self.last_action = torch.zeros(n, self.action_dim, device=dev)
         self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
         self.reward_terms: tuple[str, ...] = ()
@@ -70,6 +69,29 @@ class Env:
         self.obs: Observation | None = None
         self.noise = task.config.obs_noise
         self.capture(lambda fn: fn)
+
+    def _adopt_episode(self, kept: Episode | None) -> None:
+        """The episode record (tasks/base.py `Episode`): the task's where it keeps one (its
+        terms read it, and it must run without an env too: export/sim2sim.py), else the
+        env's own. Only the record's owner starts and advances it."""
+        n, a, dev = self.num_envs, self.action_dim, self.device
+        if kept is not None:
+            checked_output("Task.episode.step", kept.step, (n,), torch.int64, dev)
+            checked_output("Task.episode.last_action", kept.last_action, (n, a), torch.float32,
+                           dev)
+        self.episode = Episode.zeros(n, a, dev) if kept is None else kept
+        self._keeps_episode = kept is None
+
+    @property
+    def episode_step(self) -> Tensor:
+        """[N] int64 `Episode.step`: the time limit's clock (rsl_rl's episode_length_buf
+        writes it in place)."""
+        return self.episode.step
+
+    @property
+    def last_action(self) -> Tensor:
+        """[N, A] `Episode.last_action`: what the `last_action` observation reads."""
+        return self.episode.last_action
 
     def capture(self, compile_fn: Callable[[Callable], Callable]) -> None:
         """Run a step's observation, reward and termination through compile_fn (agents/
@@ -185,9 +207,9 @@ class Env:
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self.task.restart()
         self._reset_envs(everyone)
-        if stagger:
-            self.episode_step = torch.randint(0, self.max_episode_steps, (self.num_envs,),
-                                              generator=self.gen, device=self.device)
+        if stagger:  # in place, whoever owns the record
+            self.episode_step.copy_(torch.randint(0, self.max_episode_steps, (self.num_envs,),
+                                                  generator=self.gen, device=self.device))
             self.task.staggered(self.sim, self.episode_step * self.control_dt)
         self.stats.restart(self.episode_step == 0 if stagger else None)
         # every staggered first episode has ended by the time limit at the latest
@@ -208,8 +230,8 @@ class Env:
         self.task.randomize(self.sim, mask, self.gen)  # before the reset's forward
         self.sim.reset(mask, qpos, qvel)
         self.task.on_reset(self.sim, mask, self.gen)
-        self.episode_step.masked_fill_(mask, 0)
-        self.last_action.masked_fill_(mask[:, None], 0.0)
+        if self._keeps_episode:  # else the task's on_reset has started its own
+            self.episode.start(mask)
 
     def step(self, action: Tensor) -> StepResult:
         action, bad_action, ctrl = self.begin_step(action)
@@ -229,8 +251,8 @@ class Env:
     def end_step(self, action: Tensor, bad_action: Tensor | None) -> StepResult:
         """The step after the physics: task state, observation, reward, resets."""
         self.task.post_step(self.sim, action)
-        self.last_action.copy_(action)
-        self.episode_step += 1
+        if self._keeps_episode:  # else the task's post_step has advanced its own
+            self.episode.advance(action)
         if self._first_episodes_left:  # every staggered first episode has ended at the latest
             self._first_episodes_left -= 1  # when this reaches 0: the time limit
             self.stats.all_counted = self._first_episodes_left == 0

@@ -6,10 +6,15 @@ another: a variant is another declaration (`dataclasses.replace` of one, docs/ta
 Step order (tasks/env.py): pre_step (command resampling, pushes, the clock, the joint
 velocity snapshot) -> action_to_ctrl (latency) -> physics -> post_step (heading steering,
 then every term's memory advances: the previous action, feet air time, the curriculum's
-clocks) -> observation -> reward (pure: computing it twice gives the same value) ->
-terminated -> for ended envs: episode_end (curriculum) -> initial_state -> randomize -> the
-sim's reset -> reset of every term, in declared order. Every draw comes from the env's
-generator in that order; nothing here reads a tensor on the host.
+commanded distance; last, the episode record) -> observation -> reward (pure: computing it
+twice gives the same value) -> terminated -> for ended envs: episode_end (curriculum) ->
+initial_state -> randomize -> the sim's reset -> the episode record's start, then reset of
+every term, in declared order. Every draw comes from the env's generator in that order;
+nothing here reads a tensor on the host.
+
+The task keeps the episode record (`Body.episode`, tasks/base.py: each env's step and last
+action) that its terms read and the env adopts: its hooks advance it, and they are all that
+export/sim2sim.py's plain runner calls, so the record is the same with or without an env.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ from trot.tasks.terms.body import Body, Step
 from trot.tasks.terms.clock import GaitClock
 from trot.tasks.terms.commands import AXES, VelocityCommand
 from trot.tasks.terms.events import Latency, Push, Randomize
-from trot.tasks.terms.state import Term, check_state
+from trot.tasks.terms.state import (EPISODE_END, EPISODE_OUTCOMES, ITERATION_METRICS, PLACE,
+                                    POST_STEP, PRE_STEP, RANDOMIZE, RESET, RESTART,
+                                    STAGGERED, TRUNCATED, Term, bound_hooks, check_hooks,
+                                    check_state)
 from trot.tasks.terms.terrain import Terrain, add_ground
 
 ObsFn = Callable[["Locomotion"], ObsTerm | None]
@@ -218,12 +226,11 @@ class Locomotion(Task[LeggedConfig]):
         for cls in (VelocityCommand, *d.memory, *rewards, *d.events, *d.ground):
             term = cls(body)
             check_state(cls.__name__, term)
+            check_hooks(term)
             body.terms[cls] = term
         self.terms = tuple(body.terms.values())
-        self._hooks = {h: tuple(getattr(t, h) for t in self.terms if hasattr(t, h)) for h in
-                       ("pre_step", "post_step", "reset", "randomize", "episode_end",
-                        "restart", "staggered", "place", "truncated", "episode_outcomes",
-                        "iteration_metrics")}
+        self._hooks = bound_hooks(self.terms)
+        self.episode = body.episode  # the env reads this record; on_reset, post_step keep it
         self._command = body.term(VelocityCommand)
         self.command = self._command.command  # [N, 3] what the policy sees
         self._latency = body.term(Latency) if Latency in body.terms else None
@@ -261,34 +268,35 @@ class Locomotion(Task[LeggedConfig]):
         qpos[:, b.qpos_joints] += c.init_joint_noise * u(n, len(self.robot.joints))
         qvel = torch.zeros(n, sim.model.nv, device=dev)
         qvel[:, :6] = c.init_vel_noise * u(n, 6)
-        for place in self._hooks["place"]:
+        for place in self._hooks[PLACE]:
             place(b, qpos, gen)
         return qpos, qvel
 
     def restart(self) -> None:
-        for hook in self._hooks["restart"]:
+        for hook in self._hooks[RESTART]:
             hook()
 
     def staggered(self, sim: BatchedSim, elapsed: Tensor) -> None:
-        for hook in self._hooks["staggered"]:
+        for hook in self._hooks[STAGGERED]:
             hook(elapsed)
 
     def episode_end(self, sim: BatchedSim, mask: Tensor) -> None:
-        for hook in self._hooks["episode_end"]:
+        for hook in self._hooks[EPISODE_END]:
             hook(self.body, mask)
 
     def randomize(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
-        for hook in self._hooks["randomize"]:
+        for hook in self._hooks[RANDOMIZE]:
             hook(self.body, mask, gen)
 
     def on_reset(self, sim: BatchedSim, mask: Tensor, gen: torch.Generator) -> None:
-        for hook in self._hooks["reset"]:
+        self.episode.start(mask)  # before the terms: they begin a fresh episode
+        for hook in self._hooks[RESET]:
             hook(self.body, mask, gen)
         self._gait.reset(mask)
 
     # ---------------------------------------------------------------- stepping
     def pre_step(self, sim: BatchedSim, gen: torch.Generator) -> None:
-        for hook in self._hooks["pre_step"]:
+        for hook in self._hooks[PRE_STEP]:
             hook(self.body, gen)
 
     def action_to_ctrl(self, action: Tensor) -> Tensor:
@@ -298,10 +306,12 @@ class Locomotion(Task[LeggedConfig]):
         return self.action_offset + self.action_scale * action
 
     def post_step(self, sim: BatchedSim, action: Tensor) -> None:
-        """The one place where memory advances, once per step."""
+        """The one place where memory advances, once per step; the episode record last (a
+        term's post_step still reads the step before's last action)."""
         step = Step(self.body, action, self._command.seen)
-        for hook in self._hooks["post_step"]:
+        for hook in self._hooks[POST_STEP]:
             hook(step)
+        self.episode.advance(action)
 
     def reward(self, sim: BatchedSim, action: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Weighted terms x control dt, summed (clipped at 0 with only_positive_rewards),
@@ -327,7 +337,7 @@ class Locomotion(Task[LeggedConfig]):
         return out
 
     def truncated(self, sim: BatchedSim) -> Tensor | None:
-        ends = [f(self.body) for f in self._hooks["truncated"]]
+        ends = [f(self.body) for f in self._hooks[TRUNCATED]]
         return None if not ends else ends[0] if len(ends) == 1 else torch.stack(ends).any(0)
 
     # ---------------------------------------------------------------- evaluation
@@ -349,10 +359,10 @@ class Locomotion(Task[LeggedConfig]):
         } | self._gait.update(b.foot_contact(), b.feet_pos(), cmd[:, :2].norm(dim=-1))
 
     def episode_outcomes(self, sim: BatchedSim) -> dict[str, Tensor]:
-        return {k: v for hook in self._hooks["episode_outcomes"] for k, v in hook().items()}
+        return {k: v for hook in self._hooks[EPISODE_OUTCOMES] for k, v in hook().items()}
 
     def iteration_metrics(self) -> dict[str, Tensor]:
-        return {k: v for hook in self._hooks["iteration_metrics"] for k, v in hook().items()}
+        return {k: v for hook in self._hooks[ITERATION_METRICS] for k, v in hook().items()}
 
     def summarize(self, means: dict[str, float]) -> dict[str, float]:
         """fall_rate (episodes ended by a fall), episode_seconds, and energy_per_meter (J/m):

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from trot.agents.actors import report, sums_width
+from trot.agents.checkpoint import load_checkpoint
 from trot.cli import main as cli_main
 from trot.cli_train import parse_train
 from trot.core.faults import CRASH_ENV, CRASH_EXIT, DELAY_ENV
@@ -66,9 +67,9 @@ def test_one_synced_actor_is_the_synchronous_run_bitwise(tmp_path, single_run, c
     outcome written to the wrong step, or a memory not reset where an episode ended."""
     _trot(["train", *SMALL, *BUDGET, "--actors", "1", "--actor-sync", "--run-dir",
            str(tmp_path / "actor"), *(["--central-inference"] if central else [])], tmp_path)
-    one, actor = (torch.load(d / "checkpoint.pt", weights_only=True)
-                  for d in (single_run, tmp_path / "actor"))
-    assert one["iteration"] == actor["iteration"] == 6
+    one, actor = (load_checkpoint(d / "checkpoint.pt") for d in (single_run, tmp_path / "actor"))
+    assert one.counters.iteration == actor.counters.iteration == 6
+    one, actor = one.state, actor.state
     for k, v in one["model"].items():
         assert torch.equal(v, actor["model"][k]), k
     for k, v in one["algo"]["optimizer"]["state"].items():
@@ -149,11 +150,12 @@ def test_an_actors_report_has_the_learners_width_for_a_task_without_reward_terms
 
 
 @pytest.mark.parametrize("flags, msg", [
-    (["--actors", "2", "--nproc", "2"], "--nproc is a setting of PPO or A2C with one "
-                                        "learner; this run is IMPALA's decoupled actors"),
+    (["--actors", "2", "--nproc", "2"], r"--nproc is a setting of synchronous training "
+                                        r"\(one process, or --nproc K\); this run is "
+                                        r"decoupled actors"),
     (["--actors", "1", "--async-collect", "--actor-lag", "1"], "--actor-lag is a setting"),
-    (["--actor-sync"], "--actor-sync is a setting of IMPALA's decoupled actors"),
-    (["--central-inference"], "--central-inference is a setting of IMPALA's"),
+    (["--actor-sync"], "--actor-sync is a setting of decoupled actors"),
+    (["--central-inference"], "--central-inference is a setting of decoupled actors"),
     (["--actors", "1", "--sim", "mjx"], "does not take sim 'mjx'"),
 ])
 def test_actor_settings_are_checked(flags, msg):

@@ -84,7 +84,8 @@ def test_act_step_and_minibatch_loss_trace_as_one_graph(tmp_path, monkeypatch, r
                              actor.sample_with(obs, eps, state)):
             assert torch.equal(got, want)
     batch = algo.prepare(trainer.collect())
-    b, seq = next(algo._minibatches(batch, trainer.gen))
+    b, seq = (batch[:len(batch) // agent.minibatches], None) if rnn == "none" else \
+        next(algo._minibatches(batch, trainer.gen))
     old = actor.log_std.detach().clone()
     loss, stats = _traced(algo.forward_loss, b, seq, old)  # what capture compiles
     mean = actor(b.obs) if seq is None else _sequence_means(actor, b, seq)

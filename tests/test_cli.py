@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import trot.agents.trainer as trainer_mod
+import trot.agents.learners as trainer_mod
 from trot.agents.checkpoint import load_checkpoint
 from trot.cli import main
 from trot.agents.runs import CHECKPOINT

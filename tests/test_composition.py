@@ -19,6 +19,8 @@ from trot.tasks.env import Env
 from trot.tasks.go1 import GO1, GO1_FLAT
 from trot.tasks.registry import compile_model, get_task
 from trot.tasks.terms.body import Body
+from trot.tasks.terms.clock import GaitClock
+from trot.tasks.terms.rewards import PreviousAction
 from trot.tasks.terms.state import Term
 from trot.tasks.velocity import Reward
 
@@ -158,3 +160,40 @@ def test_terms_that_read_what_the_task_lacks_fail_at_bind_naming_it():
     with pytest.raises(ValueError, match=r"reward term 'feet_air_time': a term reads "
                                          r"FeetAirTime, which this task does not declare"):
         _env(decl)
+
+
+def test_the_episode_record_has_one_owner_that_a_checkpoint_restores():
+    """The env's step and last action are the task's episode record (`Body.episode`),
+    which terms read rather than copy: the previous action is the record's before the
+    step, the curriculum's time its step x dt. The gait clock is a quantity of its own: 0
+    at a staggered start, where the env's clock is not. A checkpoint restores the record
+    through the env. The bugs: copies that drift apart (a float sum of dt, a staggered
+    start one copy missed), and a term's copy dropped from the checkpoint with nothing else
+    restoring it."""
+    cfg = dataclasses.replace(get_task("go1-rough").config, episode_seconds=0.2)
+    env = trot.make_env("go1-rough", num_envs=6, seed=1, config=cfg)
+    env.reset(stagger=True)
+    task = env.task
+    assert env.episode is task.episode is task.body.episode
+    assert not {"PreviousAction.last", "TerrainCurriculum.elapsed"} & set(task.state_dict())
+    assert bool((env.episode_step > 0).any()) and not task.body.term(GaitClock).steps.any()
+    gen = torch.Generator().manual_seed(4)
+    actions = [2 * torch.rand(6, env.action_dim, generator=gen) - 1 for _ in range(20)]
+    ended = torch.zeros(6, dtype=torch.bool)
+    for act in actions[:12]:
+        before = env.last_action.clone()
+        res = env.step(act)
+        assert torch.equal(task.body.term(PreviousAction).prev, before)
+        done = res.terminated | res.truncated
+        assert torch.equal(env.last_action, torch.where(done[:, None], 0.0, act))
+        ended |= done
+    assert ended.all()  # every env crossed a reset (0.2 s episodes)
+    twin = trot.make_env("go1-rough", num_envs=6, seed=9, config=cfg)
+    twin.reset(stagger=True)
+    twin.load_state_dict(copy.deepcopy(env.state_dict()))
+    assert twin.episode is twin.task.episode
+    assert torch.equal(twin.last_action, env.last_action)
+    assert torch.equal(twin.episode_step, env.episode_step)
+    for act in actions[12:]:  # the twin goes on as the env
+        ra, rb = env.step(act), twin.step(act)
+        assert torch.equal(ra.obs.policy, rb.obs.policy) and torch.equal(ra.reward, rb.reward)

@@ -259,8 +259,9 @@ def test_nproc_launches_torchrun_and_resume_restores_every_rank(tmp_path):
     _trot("train", TASK, *common, "--max-env-steps", str(full // 2), "--run-dir", str(b),
           cwd=tmp_path)
     _trot("train", "--resume", str(b), "--max-env-steps", str(full), cwd=tmp_path)
-    sa, sb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
-    assert sa["iteration"] == sb["iteration"] == 10 and len(sb["ranks"]) == 2
+    ca, cb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    sa, sb = ca.state, cb.state
+    assert ca.counters.iteration == cb.counters.iteration == 10 and len(sb["ranks"]) == 2
     for k, v in sa["model"].items():  # interrupted + resumed == straight, bitwise
         assert torch.equal(v, sb["model"][k]), k
     for ra, rb in zip(sa["ranks"], sb["ranks"]):  # every rank's envs were restored

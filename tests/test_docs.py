@@ -164,7 +164,7 @@ def test_export_md_commands_and_robot_loop_run_as_printed(tmp_path, monkeypatch)
     scope: dict = {}
     monkeypatch.chdir(tmp_path)
     exec(compile(loop, "robot_loop.py", "exec"), scope)
-    assert scope["policy"].contract["recurrent_state"][0]["input"] == "h"
+    assert scope["policy"].contract.recurrent_state[0].input == "h"
     assert abs(scope["robot"].qpos[1]) < 0.25  # the pole is still up after 250 steps
 
 

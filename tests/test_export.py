@@ -30,6 +30,7 @@ from trot.cli import main as cli_main
 from trot.agents.train_config import TrainConfig
 from trot.export.onnx import FILES, OPSET, ExportError, export_run
 from trot.export.runner import ContractError, ObservationBuilder, OnnxPolicy
+from trot.export.schema import Contract
 from trot.export.sim2sim import run_sim2sim
 from trot.agents.runs import CHECKPOINT, load_run
 
@@ -142,10 +143,10 @@ def test_observation_builder_reproduces_training_obs(small_run):
     model = mujoco.MjModel.from_xml_path(str(policy.model_xml))
     data = mujoco.MjData(model)
     builder = ObservationBuilder(policy.contract, model)
-    substeps = int(policy.contract["substeps"])
+    substeps = int(policy.contract.substeps)
     assert substeps == env.sim.substeps
-    scale = np.asarray(policy.contract["action_scale"], dtype=np.float32)
-    offset = np.asarray(policy.contract["action_offset"], dtype=np.float32)
+    scale = np.asarray(policy.contract.action_scale, dtype=np.float32)
+    offset = np.asarray(policy.contract.action_offset, dtype=np.float32)
 
     # At reset: sensors come from mj_forward of the reset state.
     obs = env.reset()
@@ -213,9 +214,9 @@ def test_json_that_disagrees_with_onnx(small_run, tmp_path):
 
 def test_each_contract_check_fires_on_its_own(small_run, tmp_path):
     """json and onnx metadata edited together: the graph-shape and hash checks still catch it."""
-    c = json.loads((small_run / "policy.json").read_text())
-    for field, value, pattern in (("obs_dim", c["obs_dim"] + 1, "obs_dim"),
-                                  ("action_dim", c["action_dim"] + 1, "action_dim"),
+    c = Contract.from_json(json.loads((small_run / "policy.json").read_text()))
+    for field, value, pattern in (("obs_dim", c.obs_dim + 1, "obs_dim"),
+                                  ("action_dim", c.action_dim + 1, "action_dim"),
                                   ("model_xml_sha256", "0" * 64, "hash")):
         d = edited_export(small_run, tmp_path / field, lambda c: c.update({field: value}))
         with pytest.raises(ContractError, match=pattern):
@@ -275,8 +276,8 @@ def test_non_finite_observations(small_run):
     builder = ObservationBuilder(p.contract, p.model)
     data = mujoco.MjData(p.model)
     mujoco.mj_forward(p.model, data)
-    assert p.model.nsensordata > 0 and any(t["source"]["kind"] == "sensor"
-                                           for t in p.contract["observation"])
+    assert p.model.nsensordata > 0 and any(t.kind == "sensor"
+                                           for t in p.contract.observation)
     data.sensordata[:] = np.nan
     faulty = builder.build(data)
     data.sensordata[:] = 0.0
@@ -315,40 +316,39 @@ def test_exports_are_reproducible(small_run, tmp_path):
 
 def test_contract_content(small_run):
     text = (small_run / "policy.json").read_text()
-    c = json.loads(text)
+    c = Contract.from_json(json.loads(text))  # every key there, none unknown
     run = load_run(small_run, num_envs=1)
     env = run.env
 
-    assert c["task"] == TASK
-    assert c["training_env_steps"] == load_checkpoint(small_run / CHECKPOINT).counters.env_steps > 0
-    assert c["opset"] == OPSET
-    assert c["control_dt"] == pytest.approx(0.02) and c["physics_dt"] == pytest.approx(0.01)
-    assert c["substeps"] == 2
-    assert c["obs_dim"] == env.obs_dim and c["action_dim"] == env.action_dim == 1
-    assert c["model_xml"] == "model.xml"
+    assert c.task == TASK
+    assert c.training_env_steps == load_checkpoint(small_run / CHECKPOINT).counters.env_steps > 0
+    assert c.opset == OPSET
+    assert c.control_dt == pytest.approx(0.02) and c.physics_dt == pytest.approx(0.01)
+    assert c.substeps == 2
+    assert c.obs_dim == env.obs_dim and c.action_dim == env.action_dim == 1
+    assert c.model_xml == "model.xml"
 
-    layout = c["observation"]
+    layout = c.observation
     start = 0
     for entry, slot in zip(layout, env.policy_layout.slots, strict=True):
-        assert set(entry) >= {"name", "start", "size", "scale", "offset", "source"}
-        assert entry["name"] == slot.term.name
-        assert entry["start"] == start and entry["size"] == slot.size
-        assert entry["scale"] == slot.term.scale
-        assert len(entry["offset"]) == entry["size"]
-        assert entry["source"]["kind"] == "sensor"
-        assert entry["source"]["sensors"] == list(slot.term.sensors)
-        start += entry["size"]
-    assert start == c["obs_dim"]
-    assert [e["name"] for e in layout] == ["cart_pos", "pole_axis", "cart_vel", "pole_vel"]
+        assert entry.name == slot.term.name
+        assert entry.start == start and entry.size == slot.size
+        assert entry.scale == slot.term.scale
+        assert len(entry.offset) == entry.size
+        assert entry.kind == "sensor"
+        assert entry.source["sensors"] == list(slot.term.sensors)
+        start += entry.size
+    assert start == c.obs_dim
+    assert [e.name for e in layout] == ["cart_pos", "pole_axis", "cart_vel", "pole_vel"]
 
     model = mujoco.MjModel.from_xml_path(str(small_run / "model.xml"))
-    assert [a["name"] for a in c["actions"]] == [
+    assert [a.name for a in c.actions] == [
         mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) for i in range(model.nu)]
-    assert c["actions"][0]["name"] == "push" and c["actions"][0]["joint"] == "slider"
-    assert c["actions"][0]["type"] == "motor" and c["actions"][0]["gear"] == 10.0
+    assert c.actions[0].name == "push" and c.actions[0].joint == "slider"
+    assert c.actions[0].type == "motor" and c.actions[0].gear == 10.0
     scale, offset = env.task.action_affine(env.sim.model)
-    assert c["action_scale"] == list(scale) and c["action_offset"] == list(offset)
-    assert c["action_clip"] == [-1.0, 1.0]
+    assert c.action_scale == tuple(scale) and c.action_offset == tuple(offset)
+    assert c.action_clip == (-1.0, 1.0)
 
     m = onnx.load(str(small_run / "policy.onnx"))
     meta = {p.key: p.value for p in m.metadata_props}

@@ -19,6 +19,7 @@ from trot.export.checks import ContractError, check_model
 from trot.export.contract import build_contract
 from trot.export.onnx import OPSET, ExportError, check_written_model
 from trot.export.runner import OnnxPolicy
+from trot.export.schema import Contract
 from trot.export.sim2sim import PlainRunner
 from trot.sim import make_sim
 from trot.tasks.env import Env
@@ -51,20 +52,61 @@ def test_committed_walker_is_what_the_exporter_writes_today(policy):
     (the weights aside): a change of the Go1 or of the exporter shows up here, not as a
     parity failure further down. The fresh contract passes the load check too."""
     c = policy.contract
-    env = make_env(c["task"], 1, config=type(get_task(c["task"]).config).from_dict(
-        c["task_config"]))
+    env = _walker_env(c)
     fresh_model = mujoco.MjModel.from_xml_string(env.task.build().to_xml())
     changed = _model_fields_that_differ(fresh_model, policy.model)
     assert not changed, f"go1-flat's model changed ({changed}); {REMAKE}"
-    fresh = build_contract(env, env.task.config, c["training_env_steps"], OPSET,
-                           c["model_xml_sha256"], {})
-    fresh = json.loads(json.dumps(fresh))  # tuples as json lists
-    changed = sorted(k for k in fresh.keys() | c.keys()
-                     if k != "trot_version" and fresh.get(k) != c.get(k))
+    fresh = build_contract(env, env.task.config, c.training_env_steps, OPSET,
+                           c.model_xml_sha256, {})
+    changed = sorted(f.name for f in dataclasses.fields(Contract)
+                     if f.name != "trot_version" and getattr(fresh, f.name) != getattr(c, f.name))
     assert not changed, f"the exporter now writes other {changed}; {REMAKE}"
     check_model(fresh, policy.model)
-    assert any(abs(x) > 0.5 for x in c["action_offset"])  # the home pose, not zeros
-    assert c["home_keyframe"] == "home"
+    assert any(abs(x) > 0.5 for x in c.action_offset)  # the home pose, not zeros
+    assert c.home_keyframe == "home"
+
+
+def _walker_env(c: Contract) -> Env:
+    """One env of the walker's task and config."""
+    return make_env(c.task, 1, config=type(get_task(c.task).config).from_dict(c.task_config))
+
+
+def test_policy_json_is_the_schema_both_ways(policy, tmp_path):
+    """policy.json <-> Contract: the committed walker's JSON parses and re-serializes to the
+    same bytes, the exporter's Contract is what its own JSON parses to (and, the version
+    aside, the committed file's bytes), and a key missing or unknown, at the top or nested,
+    is refused naming it and the keys accepted, also at the runner's load. The bugs: a key
+    renamed, dropped or flattened on the way out (a robot reading today's files breaks), a
+    missing key filled from the dataclass's default (action_clip, contract_version), an
+    unknown one (a typo, a newer format) ignored instead of refused."""
+    text = (WALKER / "policy.json").read_text()
+    c = Contract.from_json(json.loads(text))
+    assert c == policy.contract and c.dumps() == text
+    assert Contract.from_json(c.to_json()) == c and c.to_json() == json.loads(text)
+    env = _walker_env(c)
+    fresh = build_contract(env, env.task.config, c.training_env_steps, OPSET,
+                           c.model_xml_sha256, {})
+    assert Contract.from_json(json.loads(fresh.dumps())) == fresh
+    assert dataclasses.replace(fresh, trot_version=c.trot_version).dumps() == text
+    refused = {  # the edit -> what the error names: the key, then the keys accepted
+        "policy.json is missing 'action_clip'; Contract": lambda d: d.pop("action_clip"),
+        "policy.json has unknown 'obs_dims'; Contract": lambda d: d.update(obs_dims=47),
+        "policy.json obs_history is missing 'fill'; ObsHistory":
+            lambda d: d["obs_history"].pop("fill"),
+        "policy.json actions[2] has unknown 'kpp'; Actuator":
+            lambda d: d["actions"][2].update(kpp=35.0),
+        "policy.json observation[1] is missing 'scale'; ObservationTerm":
+            lambda d: d["observation"][1].pop("scale"),
+    }
+    for message, edit in refused.items():
+        d = json.loads(text)
+        edit(d)
+        with pytest.raises(ContractError, match=re.escape(message) +
+                           r" \(contract_version 4\) has \w+, \w+"):  # the list
+            Contract.from_json(d)
+    export = _tampered(tmp_path / "unknown", lambda d: d.update(obs_dims=47))
+    with pytest.raises(ContractError, match="policy.json has unknown 'obs_dims'"):
+        OnnxPolicy(export)
 
 
 class FineGo1(Locomotion):
@@ -93,7 +135,8 @@ def test_numbers_beyond_the_xmls_digits_pass_the_export_check():
     assert "35.1235" in xml and "35.123456789" not in xml  # the writer's rounding, today
     contract = build_contract(env, cfg, 0, OPSET, "", {})
     check_written_model(contract, xml, {})
-    contract["actions"][0]["kp"] = 35.13  # 2e-4 relative: another model's gain
+    kp = dataclasses.replace(contract.actions[0], kp=35.13)  # 2e-4 relative: another gain
+    contract = dataclasses.replace(contract, actions=(kp, *contract.actions[1:]))
     with pytest.raises(ExportError, match=re.escape("actions[0].kp")):
         check_written_model(contract, xml, {})
 
@@ -209,7 +252,7 @@ def test_sim2sim_applies_the_contracts_action_latency(tmp_path):
 
     env = make_env("go1-flat", 1, config=dataclasses.replace(get_task("go1-flat").config,
                                                              latency_steps=2))
-    assert build_contract(env, env.task.config, 0, OPSET, "", {})["action_latency_steps"] == 2
+    assert build_contract(env, env.task.config, 0, OPSET, "", {}).action_latency_steps == 2
     for latency in (0, 2):
         d = _tampered(tmp_path / f"latency{latency}",
                       lambda c, n=latency: c.update(action_latency_steps=n))

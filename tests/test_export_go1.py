@@ -42,9 +42,9 @@ def policy() -> OnnxPolicy:
 def _env(policy: OnnxPolicy, num_envs: int, seed: int = 0, **changes) -> Env:
     """The batched cpu env of the exported task and config, QUIET, then `changes`."""
     c = policy.contract
-    entry = get_task(c["task"])
-    cfg = type(entry.config).from_dict(c["task_config"] | QUIET | changes)
-    return make_env(c["task"], num_envs, "cpu", "cpu", seed, cfg)
+    entry = get_task(c.task)
+    cfg = type(entry.config).from_dict(c.task_config | QUIET | changes)
+    return make_env(c.task, num_envs, "cpu", "cpu", seed, cfg)
 
 
 def _state(env: Env) -> np.ndarray:  # [N, INTEGRATION] float64: time, qpos, ..., ctrl
@@ -57,8 +57,8 @@ def _load(model, data, row: np.ndarray) -> None:
 
 
 def _slot(policy: OnnxPolicy, name: str) -> slice:
-    term = next(t for t in policy.contract["observation"] if t["name"] == name)
-    return slice(term["start"], term["start"] + term["size"])
+    term = next(t for t in policy.contract.observation if t.name == name)
+    return slice(term.start, term.start + term.size)
 
 
 @torch.no_grad()
@@ -71,7 +71,7 @@ def test_observation_builder_matches_the_env_on_go1(policy):
     env, n = _env(policy, 8, seed=1), 8
     model, data = policy.model, mujoco.MjData(policy.model)
     builder = ObservationBuilder(policy.contract, model)
-    substeps = int(policy.contract["substeps"])
+    substeps = int(policy.contract.substeps)
 
     def check(i: int, want: torch.Tensor, last_action, command, time: float) -> np.ndarray:
         builder.last_action[:], builder.command[:] = last_action, command
@@ -121,8 +121,8 @@ def test_observation_builder_matches_the_env_on_go1(policy):
 def _env_ctrl(policy: OnnxPolicy, action: torch.Tensor) -> np.ndarray:
     """The env's float32 targets (for an env whose post-step row was reset)."""
     c = policy.contract
-    scale, offset = (torch.tensor(c[k], dtype=torch.float32)
-                     for k in ("action_scale", "action_offset"))
+    scale, offset = (torch.tensor(x, dtype=torch.float32)
+                     for x in (c.action_scale, c.action_offset))
     return (offset + scale * action.clamp(-1, 1)).double().numpy()
 
 

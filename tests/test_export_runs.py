@@ -5,6 +5,7 @@ is written, and a robot whose standing keyframe is not named 'home' gets its own
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -87,8 +88,8 @@ def test_export_refuses_a_contract_the_load_check_would_refuse(mjx_run, tmp_path
 
     def wrong_joint(*args, **kwargs):
         c = build(*args, **kwargs)
-        c["actions"][0]["joint"] = "hinge"
-        return c
+        first = dataclasses.replace(c.actions[0], joint="hinge")
+        return dataclasses.replace(c, actions=(first, *c.actions[1:]))
 
     monkeypatch.setattr("trot.export.onnx.build_contract", wrong_joint)
     with pytest.raises(ExportError, match=r"actions\[0\]\.joint"):
@@ -113,7 +114,7 @@ def test_contract_home_is_the_robot_s_own_keyframe(monkeypatch):
     c = contract.build_contract(env, env.task.config, 0, OPSET, "0" * 64, {})
     standing = model.key_qpos[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "standing")]
     want = [standing[model.jnt_qposadr[model.actuator_trnid[i, 0]]] for i in range(model.nu)]
-    assert c["home_keyframe"] == "standing"
-    assert np.allclose(c["default_joint_pos"], want) and np.allclose(c["action_offset"], want)
+    assert c.home_keyframe == "standing"
+    assert np.allclose(c.default_joint_pos, want) and np.allclose(c.action_offset, want)
     assert not np.allclose(want, model.qpos0[7:])  # the test tells them apart
     check_model(c, model)

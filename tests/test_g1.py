@@ -339,9 +339,9 @@ def test_sim2sim_clock_follows_the_episode(tmp_path, monkeypatch):
     train(trainer, run_dir, quiet=True)
     export_run(run_dir, quiet=True)
     r = PlainRunner(run_dir)
-    term = next(t for t in r.policy.contract["observation"] if t["name"] == "gait_clock")
-    cols = slice(term["start"], term["start"] + term["size"])
-    period, dt = term["source"]["period"], r.sim.control_dt
+    term = next(t for t in r.policy.contract.observation if t.name == "gait_clock")
+    cols = slice(term.start, term.start + term.size)
+    period, dt = term.source["period"], r.sim.control_dt
     seen = []
     r.policy.act = lambda obs: (seen.append(obs[cols].copy()), np.zeros(12))[1]
     gen = torch.Generator().manual_seed(0)

@@ -105,7 +105,7 @@ def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
     written for another, or rows repeated on resume."""
     out = _run(tmp_path, "--seeds", "0", "1", "--stacked", "--max-error", "100",
                "--max-falls", "1")
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["seeds"] == [0, 1]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["mode"]["seeds"] == [0, 1]
     rows = [_rows(tmp_path / f"curve_seed{k}.csv") for k in (0, 1)]
     assert 1 <= len(rows[0]) == len(rows[1]) <= 2
     assert [r["env_steps"] for r in rows[0]] == [r["env_steps"] for r in rows[1]]

@@ -214,8 +214,8 @@ def test_runner_and_torch_agree_across_resets(variant, tmp_path):
     run_dir = _trained(tmp_path / variant, agent, env)
     policy = OnnxPolicy(run_dir)
     c = policy.contract
-    assert c["obs_history"]["length"] == env.get("obs_history", 1)
-    names = [s["input"] for s in c["recurrent_state"]]
+    assert c.obs_history.length == env.get("obs_history", 1)
+    names = [s.input for s in c.recurrent_state]
     assert names == {"gru": ["h"], "lstm": ["h", "c"]}.get(variant, [])
     run = load_run(run_dir, num_envs=16, seed=4)
     acting = Acting(run.ac.actor, 16, torch.device("cpu"))
@@ -238,7 +238,7 @@ def test_runner_and_torch_agree_across_resets(variant, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"step {t}")
     assert empty  # reset([]) was called, and changed nothing
     one = OnnxPolicy(run_dir)  # a single robot: [obs_dim] in, [action_dim] out
-    assert one.act(frames[0, 0].numpy()).shape == (c["action_dim"],)
+    assert one.act(frames[0, 0].numpy()).shape == (c.action_dim,)
     with pytest.raises(ValueError, match="reset"):
         one.act(frames[1].numpy())  # 16 robots where its memory holds one
 

@@ -16,11 +16,12 @@ from trot.agents.multitask import task_view
 from trot.agents.normalization import PopArt
 from trot.agents.learners import build
 from trot.cli import main as cli_main
-from trot.agents.train_config import Tasks, TrainConfig
+from trot.agents.train_config import Sync, Tasks, TrainConfig
 from trot.agents.runs import read_checkpoint
 from trot.tasks.registry import make_task_envs
 
 TASKS = ("cartpole-balance", "cartpole-swingup-x100")
+SYNC = dataclasses.asdict(Sync())  # a task's own run: one learner in one process
 AGENT = dataclasses.replace(PPOConfig(), actor_hidden=(32, 32), critic_hidden=(32,),
                             rollout_steps=16, update_dtype="float32")
 
@@ -142,7 +143,7 @@ def test_task_shares_from_the_cli_split_the_envs_and_survive_resume(tmp_path, ca
             "--no-export", "--run-dir", str(run)]
     assert cli_main(base + ["--task-shares", "3", "1", "--max-env-steps", str(16 * 16)]) == 0
     assert cli_main(["train", "--resume", str(run), "--max-env-steps", str(2 * 16 * 16)]) == 0
-    assert json.loads((run / "config.json").read_text())["task_shares"] == [3.0, 1.0]
+    assert json.loads((run / "config.json").read_text())["mode"]["task_shares"] == [3.0, 1.0]
     assert read_checkpoint(run).counters.env_steps == 2 * 16 * 16
     for task, envs in zip(TASKS, (12, 4)):
         assert read_checkpoint(run / f"task_{task}").counters.env_steps == 2 * 16 * envs
@@ -151,7 +152,7 @@ def test_task_shares_from_the_cli_split_the_envs_and_survive_resume(tmp_path, ca
     assert cli_main(base + ["--task-shares", "1"] + other) == 2
     assert "task_shares needs one positive share per task (2:" in capsys.readouterr().err
     assert cli_main(["train", TASKS[0], "--task-shares", "1"] + other) == 2
-    assert "settings of several tasks" in capsys.readouterr().err
+    assert "--task-shares is a setting of several tasks" in capsys.readouterr().err
 
 
 def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path, capsys):
@@ -184,7 +185,7 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
         assert np.allclose(got, want, rtol=1e-9) and len(got) == len(want) >= 2
     swing = split / "task_cartpole-swingup-x100"
     cfg = json.loads((swing / "config.json").read_text())
-    assert cfg["task"] == TASKS[1] and cfg["with_tasks"] == [] and cfg["env"][
+    assert cfg["task"] == TASKS[1] and cfg["mode"] == {"kind": "sync", **SYNC} and cfg["env"][
         "episode_seconds"] == 0.5
     assert read_checkpoint(swing).counters.env_steps == 6 * 16 * 16  # its 16 envs' share
     capsys.readouterr()
@@ -201,7 +202,7 @@ def test_several_tasks_from_the_cli_resume_and_each_task_loads_as_a_run(tmp_path
     assert cli_main(["train", "--resume", str(swing)]) == 2
     assert f"trot train --resume {split}" in capsys.readouterr().err
     assert cli_main(base[:3] + ["--seeds", "0", "1"]) == 2
-    assert "seeds (accepted: none)" in capsys.readouterr().err
+    assert "several tasks (trot train TASK_A TASK_B) and seeds trained together (--seeds) are different modes" in capsys.readouterr().err
 
 
 def test_the_multitask_benchmark_writes_resumes_and_summarizes(tmp_path):

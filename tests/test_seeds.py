@@ -221,8 +221,10 @@ def test_each_seed_of_seeds_3_5_checkpoints_as_it_would_alone(tmp_path):
         assert _rel(adam(own), adam(mine)) < 1e-4
         assert float(mine.state["algo"]["lr"]) == pytest.approx(float(own.state["algo"]["lr"]),
                                                                 rel=1e-4)
+        weights = lambda c: _flat(v for k, v in c.model.items()  # noqa: E731
+                                  if "normalizer" not in k and "popart" not in k)
         other = read_checkpoint(tmp_path / "stack" / f"seed_{8 - seed}")
-        assert _rel(_flat(own.model.values()), _flat(other.model.values())) > 0.1
+        assert _rel(weights(own), weights(other)) > 0.1
 
 
 def test_seeds_throughput_benchmark_reports_the_median_of_its_rounds():

@@ -315,8 +315,9 @@ def test_curriculum_moves_rows_by_legged_gyms_rule():
     task.body.term(Terrain).level.copy_(torch.tensor([1, 1, 0, rows - 1, 1, 1, 1]))
     walked = torch.tensor([2.0, 0.4, 0.4, 2.0, 1.0, 2.0, 1.0])  # half a tile: 1.5 m
     task.body.term(TerrainCurriculum).cmd_dist.copy_(torch.tensor([3.0, 1.0, 1.0, 3.0, 1.5, 3.0, 1.0]))
-    task.body.term(TerrainCurriculum).elapsed.fill_(task.config.episode_seconds)
-    task.body.term(TerrainCurriculum).elapsed[6] = 1.0
+    env.episode_step.fill_(env.max_episode_steps)  # the curriculum reads the env's clock
+    env.episode_step[6] = round(1.0 / env.control_dt)
+    assert task.body.term(TerrainCurriculum).elapsed[6] == pytest.approx(1.0)
     task.command.zero_()
     task.command[6, 0] = 1.0
     q = env.sim.qpos.clone()

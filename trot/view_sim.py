@@ -178,9 +178,12 @@ class EnvDriver(Driver):
 def _exported_changes(export_dir: Path) -> dict:
     """The WATCHING changes for the task config an export records (none where there is no
     readable policy.json: the runner then says what is missing)."""
-    try:
-        fields = json.loads((Path(export_dir) / "policy.json").read_text())["task_config"]
-    except (OSError, ValueError, KeyError, TypeError):
+    from trot.export.schema import Contract
+
+    try:  # ContractError is a ValueError
+        fields = Contract.from_json(
+            json.loads((Path(export_dir) / "policy.json").read_text())).task_config
+    except (OSError, ValueError, TypeError):
         return {}
     return {k: v for k, v in WATCHING.items() if k in fields}
 
@@ -194,7 +197,7 @@ class OnnxDriver(Driver):
         from trot.export.sim2sim import PlainRunner
 
         self.runner = r = PlainRunner(export_dir, _exported_changes(export_dir), course)
-        self.task, self.sim, self.name = r.task, r.sim, r.policy.contract["task"]
+        self.task, self.sim, self.name = r.task, r.sim, r.policy.contract.task
         self.model, self.data = r.model, r.data
         self.control_dt = float(r.sim.control_dt)
         self.max_steps = max(1, round(self.task.config.episode_seconds / self.control_dt))

@@ -14,15 +14,18 @@ import torch
 from torch import Tensor
 
 from trot.sim.base import BatchedSim, sensor_slices
+from trot.tasks.base import Episode
 from trot.tasks.legged_robot import LeggedRobot
 
 T = TypeVar("T")
 
 
 class Body:
-    """The robot's sensors as [N, ...] views of `sim.sensordata`, its home pose, and the
+    """The robot's sensors as [N, ...] views of `sim.sensordata`, its home pose, the
     ground under it (`surface`: world xy [..., 2] -> height [...]; the floor's 0 unless a
-    terrain term sets it)."""
+    terrain term sets it), and the episode record (`episode`: each env's step and last
+    action, tasks/base.py) that the task keeps and the env reads: terms read it here
+    rather than keep copies of their own."""
 
     def __init__(self, robot: LeggedRobot, sim: BatchedSim, contacts: dict[str, list[str]],
                  config):
@@ -63,6 +66,8 @@ class Body:
         self.foot_home_z = torch.tensor(d.geom_xpos[feet, 2], dtype=torch.float32, device=dev)
         self.surface: Callable[[Tensor], Tensor] = lambda xy: xy.new_zeros(xy.shape[:-1])
         self.terms: dict[type, object] = {}  # the task's stateful terms by class, as built
+        self.episode = Episode.zeros(self.n, m.nu, dev)  # the task's (Locomotion.on_reset,
+        # post_step) and the env's: not a term's, so no term's checkpoint state
         self.failed: Callable[[], Tensor] = lambda: torch.zeros(  # the task's terminations
             self.n, dtype=torch.bool, device=dev)
 

@@ -16,8 +16,13 @@ from trot.tasks.terms.state import Term
 
 
 class GaitClock(Term):
-    """steps [N]: control steps since each env's episode began, counted at the end of each
-    step (the time its reward scores)."""
+    """steps [N]: control steps since each env's robot was placed, counted from each
+    step's pre_step (so the observation and the reward see the steps taken, the time its
+    reward scores). Its own quantity, not the env's clock (`Body.episode.step`): both are 0
+    at every reset and count alike, but `Env.reset(stagger=True)` starts the env's clock of
+    each first episode at a random step (to spread the time limits) while the gait starts
+    at 0, as a robot's runner starts its `time`; and rsl_rl's init_at_random_ep_len writes
+    the env's clock (episode_length_buf) only."""
 
     def __init__(self, body: Body):
         c, nf = body.config, len(body.robot.feet)

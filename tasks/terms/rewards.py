@@ -25,18 +25,16 @@ def tracking_exp(sq_error: Tensor, std: float) -> Tensor:
 
 # ---------------------------------------------------------------- memory
 class PreviousAction(Term):
-    """The action of the step before this one (0 at an episode's first step)."""
+    """prev [N, A]: the action of the step before this one (0 at an episode's first step).
+    The last action itself is the episode record's (`Body.episode.last_action`, which the
+    env's checkpoint holds): in post_step, before the task advances the record, it is
+    still the step before's."""
 
     def __init__(self, body: Body):
-        self.last = torch.zeros(body.n, body.sim.model.nu, device=body.device)
-        self.prev = torch.zeros_like(self.last)
-
-    def reset(self, body: Body, mask: Tensor, gen: torch.Generator) -> None:
-        self.last.masked_fill_(mask[:, None], 0.0)
+        self.prev = torch.zeros(body.n, body.sim.model.nu, device=body.device)
 
     def post_step(self, step: Step) -> None:
-        self.prev.copy_(self.last)
-        self.last.copy_(step.action)
+        self.prev.copy_(step.body.episode.last_action)
 
 
 class PreviousJointVel(Term):

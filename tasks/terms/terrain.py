@@ -170,20 +170,21 @@ class TerrainCurriculum(Term):
     sent to a random row. Off with curriculum=False and on the course."""
 
     def __init__(self, body: Body):
-        self.terrain = body.term(Terrain)
+        self.terrain, self.body = body.term(Terrain), body
         self.cmd_dist = torch.zeros(body.n, device=body.device)  # commanded distance (m)
-        self.elapsed = torch.zeros(body.n, device=body.device)  # episode time so far (s)
 
-    def staggered(self, elapsed: Tensor) -> None:
-        self.elapsed.copy_(elapsed)  # a staggered first episode has that much less to go
+    @property
+    def elapsed(self) -> Tensor:
+        """[N] s of each env's episode so far: the env's clock (`Body.episode.step`) x dt,
+        read rather than kept, so that a staggered first episode (whose clock
+        `Env.reset(stagger=True)` starts late) has that much less to go."""
+        return self.body.episode.step * self.body.dt
 
     def reset(self, body: Body, mask: Tensor, gen: torch.Generator) -> None:
         self.cmd_dist.masked_fill_(mask, 0.0)
-        self.elapsed.masked_fill_(mask, 0.0)
 
     def post_step(self, step: Step) -> None:
         self.cmd_dist += step.command[:, :2].norm(dim=-1) * step.body.dt
-        self.elapsed += step.body.dt
 
     def episode_end(self, body: Body, mask: Tensor) -> None:
         t, c = self.terrain, body.config

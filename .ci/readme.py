@@ -2,6 +2,7 @@
 
     python .ci/readme.py commands     # each command line of the section's bash blocks
     python .ci/readme.py check LOG --allow REGEX...
+    python .ci/readme.py skipped JUNIT  # the node ids a run's JUnit XML reports skipped
     python .ci/readme.py total LOG...   # one closing line, summed over the logs
 
 `check` reads a log of those commands' output and fails (exit 1, saying why) unless pytest's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -49,6 +51,22 @@ def check(log: str, allowed: list[str]) -> list[str]:
     return problems
 
 
+def skipped(junit: str, root: Path = README.parent) -> list[str]:
+    """The pytest node ids (tests/test_x.py::test_y[param]) that a JUnit XML report lists
+    as skipped: what the full leg runs again with every extra, GL and the browser."""
+    ids = []
+    for case in ET.fromstring(junit).iter("testcase"):
+        if case.find("skipped") is None:
+            continue
+        parts = case.get("classname", "").split(".")
+        # the longest prefix that is a file (tests/test_x.py); the rest: classes, if any
+        cut = next(k for k in range(len(parts), 0, -1)
+                   if (root / Path(*parts[:k])).with_suffix(".py").is_file())
+        ids.append("::".join([str(Path(*parts[:cut]).with_suffix(".py")), *parts[cut:],
+                              case.get("name", "")]))
+    return ids
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["commands"]:
         print("\n".join(commands(README.read_text())))
@@ -60,6 +78,9 @@ def main(argv: list[str]) -> int:
         for p in problems:
             print(f"ci: {p}", file=sys.stderr)
         return 1 if problems else 0
+    if len(argv) == 2 and argv[0] == "skipped":
+        print("\n".join(skipped(Path(argv[1]).read_text())))
+        return 0
     if argv[:1] == ["total"]:  # one closing line over several logs
         runs = [counts(Path(p).read_text(errors="replace")) or {} for p in argv[1:]]
         total = {k: sum(r.get(k, 0) for r in runs) for k in ("passed", "failed", "skipped")}

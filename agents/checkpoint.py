@@ -33,8 +33,9 @@ FORMAT = 2
 learner (its `model` beside the counters), without `format` or `learner`."""
 
 
-class CheckpointError(RuntimeError):
-    """A run directory or its checkpoint that cannot be read back."""
+class CheckpointError(ValueError):
+    """A run directory or its checkpoint that cannot be read back (bad input: the CLI
+    prints its message, as for any ValueError)."""
 
 
 def _check_plain(x: Any, where: str) -> None:

@@ -110,22 +110,42 @@ def save(learner: Learner, run_dir: Path, wall_s: float = 0.0) -> None:
         learner.write_views(run_dir, ckpt)
 
 
+class Evaluation(Protocol):
+    """What the loop evaluates between iterations, with the training clock stopped:
+    PeriodicEval (`trot train --eval-every K`, eval.csv) or a benchmark's
+    (trot/benchmark.py)."""
+
+    checkpoints: bool
+    """whether the loop writes a checkpoint after each evaluation (its rows then never run
+    ahead of the checkpoint a resumed run starts from)"""
+
+    def due(self, learner: Learner, m: dict[str, float], at: Counters) -> bool:
+        """Whether to evaluate now, after the learner's iteration whose metrics are m,
+        where the run stands at `at` (its training seconds so far included)."""
+
+    def __call__(self, learner: Learner, at: Counters) -> None:
+        """Evaluate the learner's policy and record it."""
+
+    def done(self) -> bool:
+        """Whether the run may end now, before its budget (a benchmark's goals met)."""
+
+
 def train(learner: Learner, run_dir: Path, wall_s: float = 0.0, quiet: bool = False,
-          export: Callable[[Path], None] | None = None) -> float:
-    """Iterate to the budget or a stop signal, logging, evaluating and checkpointing on the
-    way and at the end; then, unless the config says not to, `export` each run directory
-    the run leaves (rank 0). Returns the training seconds in all (`wall_s`: before this
-    call)."""
+          export: Callable[[Path], None] | None = None,
+          evaluation: Evaluation | None = None) -> float:
+    """Iterate to the budget, a stop signal or `evaluation.done()`, logging, evaluating
+    (default: the config's eval_every) and checkpointing on the way and at the end; then,
+    unless the config says not to, `export` each run directory the run leaves (rank 0).
+    Returns the training seconds in all (`wall_s`: before this call)."""
     run_dir = Path(run_dir)
     main = learner.comm.is_main
     quiet = quiet or not main  # rank 0 alone prints, logs and writes files
     if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
         remove_stale_temps(run_dir)
-    at = Counters(learner.iteration, learner.env_steps, wall_s)
-    logger = learner.open_logger(run_dir, at) if main else None
-    cfg = learner.cfg
-    evaluate = PeriodicEval(run_dir, cfg, learner.iteration) if main and cfg.eval_every \
-        else None
+    logger = learner.open_logger(run_dir, Counters(learner.iteration, learner.env_steps,
+                                                   wall_s)) if main else None
+    if evaluation is None and main and learner.cfg.eval_every:
+        evaluation = PeriodicEval(run_dir, learner.cfg, learner.iteration)
     stop, clock = StopFlag(), _Clock(wall_s, learner.env_steps)
     closed = False  # whether the learner was told the run ends
     try:
@@ -133,17 +153,9 @@ def train(learner: Learner, run_dir: Path, wall_s: float = 0.0, quiet: bool = Fa
             learner.start(lambda: bool(stop.requested))
             clock.restart(learner.env_steps)
             try:
-                while not learner.comm.any(learner.cfg.spent(learner.env_steps, clock.wall_s)
-                                           or bool(stop.requested), learner.device):
-                    m = learner.iterate()
-                    _log(learner, clock.tick(m, learner.env_steps), logger, quiet)
-                    if evaluate is not None:  # the clocks skip the time it took
-                        clock.pause(evaluate(learner.policy(), learner.iteration,
-                                             learner.env_steps, clock.wall_s))
-                    if learner.iteration % learner.cfg.checkpoint_every == 0:
-                        if logger is not None:  # the logs reach disk before the checkpoint
-                            logger.flush()
-                        save(learner, run_dir, clock.wall_s)
+                while not learner.comm.any(_over(learner, clock, evaluation) or
+                                           bool(stop.requested), learner.device):
+                    _iteration(learner, run_dir, clock, logger, evaluation, quiet)
             except Interrupted:  # the learner stopped its parts: keep their work, then say
                 closed = True
                 logger = _finish(learner, run_dir, clock, logger)
@@ -163,6 +175,29 @@ def train(learner: Learner, run_dir: Path, wall_s: float = 0.0, quiet: bool = Fa
         for d in learner.run_dirs(run_dir):
             export(d)
     return clock.wall_s
+
+
+def _over(learner: Learner, clock: _Clock, evaluation: Evaluation | None) -> bool:
+    return learner.cfg.spent(learner.env_steps, clock.wall_s) or (
+        evaluation is not None and evaluation.done())
+
+
+def _iteration(learner: Learner, run_dir: Path, clock: _Clock, logger: RunLogger | None,
+               evaluation: Evaluation | None, quiet: bool) -> None:
+    """One iteration, logged; an evaluation if due (off the clock); a checkpoint if due."""
+    m = learner.iterate()
+    _log(learner, clock.tick(m, learner.env_steps), logger, quiet)
+    saving = learner.iteration % learner.cfg.checkpoint_every == 0
+    at = Counters(learner.iteration, learner.env_steps, clock.wall_s)
+    if evaluation is not None and evaluation.due(learner, m, at):
+        t0 = time.monotonic()
+        evaluation(learner, at)
+        clock.pause(time.monotonic() - t0)  # the clocks skip the time it took
+        saving |= evaluation.checkpoints
+    if saving:
+        if logger is not None:  # the logs reach disk before the checkpoint
+            logger.flush()
+        save(learner, run_dir, clock.wall_s)
 
 
 def _finish(learner: Learner, run_dir: Path, clock: _Clock,

@@ -11,12 +11,12 @@ wall_s is the training clock, which the trainer stops while this runs. With the 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
 from trot.core import faults
+from trot.agents.checkpoint import Counters
 from trot.agents.evaluate import EVAL_SEED, evaluate_policy
 from trot.agents.logger import CsvRows
 from trot.agents.train_config import TrainConfig
@@ -28,28 +28,31 @@ CORE_COLUMNS = ("iteration", "env_steps", "wall_s", "mean_return", "std_return",
 
 
 class PeriodicEval:
-    """eval.csv's writer. `iteration` is where the run stands (its checkpoint's on resume):
-    rows past it are dropped, as metrics.csv's are (agents/logger.py's CsvRows)."""
+    """eval.csv's writer, the loop's default `Evaluation` (agents/loop.py). `iteration` is
+    where the run stands (its checkpoint's on resume): rows past it are dropped, as
+    metrics.csv's are (agents/logger.py's CsvRows)."""
+
+    checkpoints = False  # eval.csv drops rows past the checkpoint on resume instead
 
     def __init__(self, run_dir: Path, cfg: TrainConfig, iteration: int = 0):
         self.cfg = cfg
         self.task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
         self.rows = CsvRows(Path(run_dir) / EVAL_CSV, CORE_COLUMNS, iteration)
 
-    def __call__(self, actor: torch.nn.Module, iteration: int, env_steps: int,
-                 wall_s: float) -> float:
-        """Evaluate if `iteration` is due; returns the seconds it took (0.0 if not due),
-        which the caller keeps off its training clock."""
-        if self.cfg.eval_every <= 0 or iteration % self.cfg.eval_every:
-            return 0.0
-        t0 = time.monotonic()
+    def due(self, learner, m: dict[str, float], at: Counters) -> bool:
+        return self.cfg.eval_every > 0 and at.iteration % self.cfg.eval_every == 0
+
+    def done(self) -> bool:
+        return False
+
+    def __call__(self, learner, at: Counters) -> None:
         # the fresh env draws from its own generator, but a policy or task may touch the
         # global RNG: training must not see that an evaluation ran (resume stays bitwise)
         with torch.random.fork_rng(devices=[]):
-            r, _ = evaluate_policy(self.cfg.task, self.task_cfg, actor, self.cfg.eval_episodes,
-                                   EVAL_SEED)
-        self.rows.append({"iteration": iteration, "env_steps": env_steps, "wall_s": wall_s}
-                         | {k: v for k, v in r.items() if k != "episodes"
-                            and not k.endswith("_second_half")})
+            r, _ = evaluate_policy(self.cfg.task, self.task_cfg, learner.policy(),
+                                   self.cfg.eval_episodes, EVAL_SEED)
+        self.rows.append({"iteration": at.iteration, "env_steps": at.env_steps,
+                          "wall_s": at.wall_s} | {k: v for k, v in r.items()
+                                                  if k != "episodes" and
+                                                  not k.endswith("_second_half")})
         faults.point("evaluated")  # the row is written; this iteration's checkpoint is not
-        return time.monotonic() - t0

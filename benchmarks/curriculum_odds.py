@@ -2,9 +2,13 @@
 curriculum (tasks/terms/terrain.py, legged_gym's rule), with drawn yaw-rate commands against
 heading commands (LeggedConfig.heading_command).
 
-    python benchmarks/curriculum_odds.py --envs 20000
+    python benchmarks/curriculum_odds.py -- go1-rough --num-envs 20000
 
-A kinematic robot on flat ground follows go1-rough's commands exactly (trot's own command
+It takes no flags of its own; after `--` come `trot train`'s (default `go1-rough
+--num-envs 20000`): a terrain task, the trackers per mode (`--num-envs`), `--seed` and
+`--env.FIELD V` (the commands' settings, e.g. `--env.heading-stiffness 1.0`).
+
+A kinematic robot on flat ground follows the task's commands exactly (trot's own command
 sampling and heading law, its ranges, resampling and episode length), from a spawn at its
 tile's centre plus U(-0.5, 0.5) m. At the episode's end it is promoted if it is farther
 than half a tile from the centre, demoted if it walked less than half the commanded
@@ -13,15 +17,23 @@ distance. No policy and no terrain: the share a robot that walks perfectly gets.
 
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 import trot.tasks.go1  # noqa: F401  (registers go1-rough)
-from trot.tasks.terms import commands as loco
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import main
 from trot.tasks.registry import get_task
+from trot.tasks.terms import commands as loco
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The odds have no settings of their own: the task, the trackers (--num-envs) and the
+    seed are the train arguments' (after --)."""
 
 
 def track(cmd_at, yaw: Tensor, xy: Tensor, steps: int, dt: float) -> tuple[Tensor, Tensor]:
@@ -39,10 +51,13 @@ def track(cmd_at, yaw: Tensor, xy: Tensor, steps: int, dt: float) -> tuple[Tenso
     return xy, asked
 
 
-def odds(heading: bool, n: int, seed: int = 0) -> tuple[float, float]:
-    """(promoted, demoted) shares of n perfect trackers over one go1-rough episode."""
-    c = get_task("go1-rough").config
-    dt = 0.02  # 4 substeps of the Go1's 5 ms
+def odds(heading: bool, n: int, seed: int = 0, task: str = "go1-rough",
+         config=None) -> tuple[float, float]:
+    """(promoted, demoted) shares of n perfect trackers over one episode of `task` with
+    `config` (default: its registered settings)."""
+    entry = get_task(task)
+    c = config or entry.config
+    dt = c.substeps * entry.task_cls(c).model().opt.timestep  # the control step
     gen = torch.Generator().manual_seed(seed)
     low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.yaw_rate[0]], dtype=torch.float64)
     high = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.yaw_rate[1]], dtype=torch.float64)
@@ -70,16 +85,14 @@ def odds(heading: bool, n: int, seed: int = 0) -> tuple[float, float]:
     return up.double().mean().item(), down.double().mean().item()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", type=int, default=20000, help="trackers per mode")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
+def run(s: Settings, cfg: TrainConfig) -> None:
+    if not hasattr(cfg.env, "tile_size"):
+        raise SystemExit(f"{cfg.task} has no terrain curriculum; give a terrain task")
     for heading in (False, True):
-        up, down = odds(heading, a.envs, a.seed)
+        up, down = odds(heading, cfg.num_envs, cfg.seed, cfg.task, cfg.env)
         name = "heading commands" if heading else "yaw-rate commands"
-        print(f"{name:18s} promoted {up:.3f}  demoted {down:.3f}  (n={a.envs})")
+        print(f"{name:18s} promoted {up:.3f}  demoted {down:.3f}  (n={cfg.num_envs})")
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("go1-rough", "--num-envs", "20000"))

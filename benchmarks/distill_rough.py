@@ -3,20 +3,21 @@ a policy trained blind directly for the same total wall-clock, the teacher's tim
 (issue 53, part 1).
 
     python benchmarks/distill_rough.py --teacher-min 20 --distill-min 10 --episodes 256 \
-        --agent update-dtype=bfloat16 --run-root runs/distill_rough \
-        --out docs/data/distill_go1_rough.csv
+        --out docs/data/distill_go1_rough.csv -- go1-rough --agent.update-dtype bfloat16 \
+        --run-dir runs/distill_rough
 
-Three ordinary trot runs, one after the other, through the CLI (`trot.cli.main`, in this
-process):
-- teacher: `trot train go1-rough --env.scan-policy` (the scan in each of the policy's
-  frames) for `--teacher-min` minutes of training;
-- student: `trot distill TEACHER go1-rough` (the registered blind policy, a 4-frame
-  history) for `--distill-min`;
-- blind: `trot train go1-rough` for `--teacher-min` + `--distill-min`.
-`--agent FIELD=VALUE` flags go to the teacher and the blind run alike, `--distill
-FIELD=VALUE` to the student, `--flags='...'` (e.g. `--num-envs 512`) to all three. A run
-whose directory under `--run-root` has a checkpoint resumes to its minutes (a finished one
-returns at once), so an interrupted benchmark goes on with the same command.
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`go1-rough`), for all three runs: the task, `--num-envs`, `--seed`, `--agent.FIELD V`,
+`--env.FIELD V`, `--run-dir` (the three runs' folder, default runs/distill_rough). Three
+ordinary trot runs, one after the other, in this process through trot's one loop
+(agents/loop.py):
+- teacher: `trot train TASK --env.scan-policy` (the scan in each of the policy's frames)
+  for `--teacher-min` minutes of training;
+- student: `trot distill TEACHER TASK` (the registered blind policy, a 4-frame history)
+  for `--distill-min`, with `--distill FIELD=VALUE` as its `--distill.FIELD VALUE`;
+- blind: `trot train TASK` for `--teacher-min` + `--distill-min`.
+A run whose directory has a checkpoint resumes to its minutes (a finished one returns at
+once), so an interrupted benchmark goes on with the same command.
 
 Then each policy plays, as benchmarks/locomotion_cpu.py's evaluations do (noise off,
 pushes on), `--episodes` episodes on the training terrain at the starting levels and
@@ -28,56 +29,83 @@ crossed and the training envs' last mean terrain level.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import dataclasses
 import math
-import shlex
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomotion_cpu import _write_csv, evaluate_course, evaluate_now  # noqa: E402
+from trot.agents.config import DistillSettings
+from trot.agents.learners import resume, start
+from trot.agents.loop import train
+from trot.agents.runs import CHECKPOINT, load_run, read_checkpoint
+from trot.agents.train_config import Distill, TrainConfig
+from trot.benchmark import Results, course_row, locomotion_row, main, overrides
+from trot.tasks.registry import get_task
 
-from trot.cli import main as cli_main  # noqa: E402
-from trot.core.files import atomic_write
-from trot.agents.runs import CHECKPOINT, load_run, read_checkpoint  # noqa: E402
-from trot.tasks.registry import get_task  # noqa: E402
-
-TASK = "go1-rough"
-
-
-def _flags(prefix: str, pairs: list[str]) -> list[str]:
-    """FIELD=VALUE pairs as the CLI's `--prefix.field value` flags."""
-    out = []
-    for pair in pairs:
-        field, _, value = pair.partition("=")
-        out += [f"--{prefix}.{field.replace('_', '-')}", value]
-    return out
+TRAIN = ("go1-rough",)
+ROOT = "runs/distill_rough"  # the runs' folder when the train args give no --run-dir
 
 
-def phases(a: argparse.Namespace) -> list[tuple[str, list[str], float]]:
-    """(name, the command that starts it, its training minutes), in order."""
-    root, agent, every = Path(a.run_root), _flags("agent", a.agent), shlex.split(a.flags)
-    return [
-        ("teacher", ["train", TASK, "--env.scan-policy", *agent, *every], a.teacher_min),
-        ("student", ["distill", str(root / "teacher"), TASK, *_flags("distill", a.distill),
-                     *every], a.distill_min),
-        ("blind", ["train", TASK, *agent, *every], a.teacher_min + a.distill_min),
-    ]
+@dataclass(frozen=True)
+class Settings:
+    teacher_min: float = 20.0
+    """the teacher's minutes of training"""
+    distill_min: float = 10.0
+    """the student's minutes of distillation (the blind run trains for both)"""
+    episodes: int = 256
+    """evaluation episodes, each on the training terrain and on the course"""
+    distill: tuple[str, ...] = ()
+    """the student's FIELD=VALUE distillation settings (trot distill's --distill.FIELD),
+    e.g. learning_rate=3e-4"""
+    out: str = "distill_go1_rough.csv"
+    """the rows' CSV, one row per policy"""
 
 
-def run_phase(name: str, start: list[str], minutes: float, run_dir: Path) -> None:
-    """Start the run, or resume it to `minutes` where it has a checkpoint (none: done)."""
-    resume = (run_dir / CHECKPOINT).exists()
-    if resume and read_checkpoint(run_dir).counters.wall_s >= 60 * minutes:
+def phases(s: Settings, cfg: TrainConfig) -> list[tuple[str, str, TrainConfig]]:
+    """(name, the trot command it is, its config), in order."""
+    root, env = Path(cfg.run_dir or ROOT), cfg.env or get_task(cfg.task).config
+    base = dataclasses.replace(cfg, export=False)
+    try:
+        teacher_env = dataclasses.replace(env, scan_policy=True)
+        distill = dataclasses.replace(DistillSettings(), **{
+            k.replace("-", "_"): v for k, v in overrides(s.distill).items()})
+    except TypeError as e:
+        raise SystemExit(f"{cfg.task}'s teacher or --distill: {e}") from None
+    teacher = dataclasses.replace(base, env=teacher_env, minutes=s.teacher_min,
+                                  run_dir=str(root / "teacher"))
+    student = dataclasses.replace(base, mode=Distill(str((root / "teacher").resolve()),
+                                                     distill),
+                                  minutes=s.distill_min, run_dir=str(root / "student"))
+    blind = dataclasses.replace(base, minutes=s.teacher_min + s.distill_min,
+                                run_dir=str(root / "blind"))
+    return [("teacher", f"train {cfg.task} --env.scan-policy", teacher),
+            ("student", f"distill {root / 'teacher'} {cfg.task}", student),
+            ("blind", f"train {cfg.task}", blind)]
+
+
+def run_phase(name: str, command: str, cfg: TrainConfig) -> None:
+    """Start the run, or resume it to its minutes where it has a checkpoint (none: done)."""
+    run_dir = Path(cfg.run_dir)
+    again = (run_dir / CHECKPOINT).exists()
+    if again and read_checkpoint(run_dir).counters.wall_s >= 60 * cfg.minutes:
         return
-    cmd = [start[0], "--resume", str(run_dir)] if resume else [
-        *start, "--run-dir", str(run_dir), "--no-export"]
-    cmd = [*cmd, "--minutes", str(minutes)]
-    print(f"[{name}] trot {' '.join(cmd)}", flush=True)
-    if cli_main(cmd) != 0:
-        raise SystemExit(f"[{name}] trot {' '.join(cmd)} failed")
+    print(f"[{name}] trot {command}: {cfg.minutes:g} min of training in {run_dir}"
+          f"{' (resumed)' if again else ''}", flush=True)
+    try:
+        if again:
+            learner, wall_s = resume(run_dir, minutes=cfg.minutes)
+        else:
+            (learner, run_dir), wall_s = start(cfg), 0.0
+    except ValueError as e:
+        raise SystemExit(f"[{name}] trot {command}: {e}") from None
+    train(learner, run_dir, wall_s)
+
+
+def train_all(s: Settings, cfg: TrainConfig) -> None:
+    """The three runs, each started, resumed to its minutes, or left as it is if done."""
+    for name, command, phase in phases(s, cfg):
+        run_phase(name, command, phase)
 
 
 def last_level(run_dir: Path) -> float:
@@ -92,52 +120,28 @@ def evaluate(name: str, run_dir: Path, before_s: float, episodes: int) -> dict:
     """One row: the policy in run_dir on the training terrain and on the course."""
     run = load_run(run_dir, num_envs=1)
     at = read_checkpoint(run_dir).counters
-    seed = 10_000 + run.cfg.seed
+    task, seed = run.cfg.task, 10_000 + run.cfg.seed
     row = {"policy": name, "minutes": (before_s + at.wall_s) / 60,
            "own_minutes": at.wall_s / 60, "env_steps": at.env_steps,
            "terrain_level": last_level(run_dir)}
-    env = run.cfg.env or get_task(TASK).config
-    row |= evaluate_now(TASK, env, run.ac.actor, episodes, seed)
-    row |= evaluate_course(TASK, env, run.ac.actor, episodes, seed)
+    env = run.cfg.env or get_task(task).config
+    row |= locomotion_row(task, env, run.ac.actor, episodes, seed)
+    row |= course_row(task, env, run.ac.actor, episodes, seed)
     return row
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--teacher-min", type=float, default=20.0)
-    p.add_argument("--distill-min", type=float, default=10.0)
-    p.add_argument("--episodes", type=int, default=256,
-                   help="evaluation episodes, each on the training terrain and the course")
-    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="teacher's and blind run's --agent.FIELD flags, e.g. "
-                        "update-dtype=bfloat16")
-    p.add_argument("--distill", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="the student's --distill.FIELD flags, e.g. learning-rate=3e-4")
-    p.add_argument("--flags", default="",
-                   help="further flags for all three runs, e.g. --flags='--num-envs 512'")
-    p.add_argument("--run-root", default="runs/distill_rough")
-    p.add_argument("--out", default="distill_go1_rough.csv")
-    return p.parse_args(argv)
-
-
-def train_all(a: argparse.Namespace) -> None:
-    """The three runs, each started, resumed to its minutes, or left as it is if done."""
-    for name, start, minutes in phases(a):
-        run_phase(name, start, minutes, Path(a.run_root) / name)
-
-
-def main(argv: list[str] | None = None) -> None:
-    a = parse_args(argv)
-    root = Path(a.run_root)
-    train_all(a)
-    teacher_s = read_checkpoint(root / "teacher").counters.wall_s
-    rows = [evaluate(name, root / name, teacher_s if name == "student" else 0.0, a.episodes)
-            for name, _, _ in phases(a)]
-    atomic_write(Path(a.out), lambda path: _write_csv(path, rows))
-    for r in rows:
+def run(s: Settings, cfg: TrainConfig) -> None:
+    train_all(s, cfg)
+    dirs = {name: Path(phase.run_dir) for name, _, phase in phases(s, cfg)}
+    teacher_s = read_checkpoint(dirs["teacher"]).counters.wall_s
+    results = Results(Path(s.out))
+    for name, run_dir in dirs.items():
+        results.add(evaluate(name, run_dir, teacher_s if name == "student" else 0.0,
+                             s.episodes))
+    for r in results.rows:
         print(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in r.items()), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, TRAIN)

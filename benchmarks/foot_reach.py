@@ -8,11 +8,12 @@ joint range, for the highest foot: a grid of `--points` values per joint, corner
 A joint that reached its target exactly would put the foot there; under load it lags, and a
 tilting base or a straightening stance leg add height, so this is the reach of the leg alone.
 
-    python benchmarks/foot_reach.py --task g1-flat
-    python benchmarks/foot_reach.py --task g1-flat --env action_scale=0.5
-    python benchmarks/foot_reach.py --task g1-flat --only pitch knee
+    python benchmarks/foot_reach.py -- g1-flat
+    python benchmarks/foot_reach.py -- g1-flat --env.action-scale 0.5
+    python benchmarks/foot_reach.py --only pitch knee -- g1-flat
 
-`--only` keeps the joints whose names contain one of its words (the sagittal joints above:
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`g1-flat`): the task and its settings (`--env.FIELD V`). `--only` keeps the joints whose names contain one of its words (the sagittal joints above:
 g1-flat's deviation term holds its hip roll and yaw near home, so a gait does not lift the
 foot with them).
 
@@ -22,15 +23,23 @@ where the task has one: a target out of reach can only be chased by the base's m
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 
 import mujoco
 import numpy as np
 
-from trot.agents.config import parse_override
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import main
 from trot.tasks.registry import get_task
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    only: tuple[str, ...] = ()
+    """move only the chain's joints whose names contain one of these words"""
+    points: int = 5
+    """grid values per joint (>= 2)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +66,12 @@ def chain_joints(m: mujoco.MjModel, body: int) -> list[int]:
 
 
 def foot_reach(task_name: str, changes: dict | None = None, points: int = 5,
-               only: tuple[str, ...] = ()) -> list[Reach]:
+               only: tuple[str, ...] = (), config=None) -> list[Reach]:
     """Each foot's highest lift over the reachable joint targets (the module's docstring),
-    moving only the chain's joints whose names contain one of `only` (all where empty)."""
+    moving only the chain's joints whose names contain one of `only` (all where empty);
+    the task's settings are `config` (default: its registered ones) with `changes`."""
     entry = get_task(task_name)
-    task = entry.task_cls(dataclasses.replace(entry.config, **(changes or {})))
+    task = entry.task_cls(dataclasses.replace(config or entry.config, **(changes or {})))
     m = task.model()
     scale, offset = task.action_affine(m)  # per actuator
     box = {int(m.actuator_trnid[i, 0]): (offset[i] - scale[i], offset[i] + scale[i])
@@ -97,26 +107,17 @@ def foot_reach(task_name: str, changes: dict | None = None, points: int = 5,
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default="g1-flat")
-    p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="task config overrides, e.g. action_scale=0.5")
-    p.add_argument("--only", nargs="*", default=[], metavar="WORD",
-                   help="move only the chain's joints whose names contain one of these")
-    p.add_argument("--points", type=int, default=5, help="grid values per joint (>= 2)")
-    a = p.parse_args()
-    if a.points < 2:
-        p.error(f"--points must be >= 2 (the grid's two ends), got {a.points}")
-    changes = dict(parse_override(e) for e in a.env)
-    config = dataclasses.replace(get_task(a.task).config, **changes)
+def run(s: Settings, cfg: TrainConfig) -> None:
+    if s.points < 2:
+        raise SystemExit(f"--points must be >= 2 (the grid's two ends), got {s.points}")
+    config = cfg.env or get_task(cfg.task).config
     target = getattr(config, "swing_height", None)
-    print(f"{a.task}: action_scale {config.action_scale}, actions clipped to [-1, 1]"
+    print(f"{cfg.task}: action_scale {config.action_scale}, actions clipped to [-1, 1]"
           + (f"; the clock's swing target {100 * target:.1f} cm" if target else ""))
-    for r in foot_reach(a.task, changes, a.points, tuple(a.only)):
+    for r in foot_reach(cfg.task, None, s.points, s.only, config):
         pose = ", ".join(f"{j} {o:+.2f}" for j, o in zip(r.joints, r.offsets))
         print(f"  {r.foot}: reach {100 * r.lift:.1f} cm, base fixed ({pose})")
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("g1-flat",))

@@ -56,7 +56,7 @@ if [ "${DRY:-0}" = "1" ]; then  # this CPU, small: every step runs, nothing is m
   DEV=cpu; SIZES=64; MORE=128; TRAIN_ENVS=64; SEB_S=15; MJX_S=20; MIN_TRAIN_S=10
   EPISODES=8; LIMIT=420; TESTS="tests/test_mjx_programs.py"
 else
-  DEV=cuda; SIZES=1024,4096; MORE=16384; TRAIN_ENVS=4096; SEB_S=75; MJX_S=105
+  DEV=cuda; SIZES="1024 4096"; MORE=16384; TRAIN_ENVS=4096; SEB_S=75; MJX_S=105
   MIN_TRAIN_S=60; EPISODES=128; LIMIT=300
   TESTS="tests/test_mjx.py tests/test_hosted.py tests/test_go1_mjx.py"
 fi
@@ -116,7 +116,8 @@ step "1b. probe: JAX, MJX, MJX with DLPack, trot's env with command buffers off,
 # On the H200 (2026-12-04) every mjx step program failed inside XLA's command buffers (CUDA
 # graphs): "Failed to set memcpy D2D node params". trot now compiles its programs with
 # them off on CUDA; the probe's last stage turns them back on to see if that still fails.
-timeout 60 $PY benchmarks/gpu_probe.py --device $DEV > "$OUTDIR/probe.txt" 2>&1
+timeout 60 $PY benchmarks/gpu_probe.py -- cartpole-balance --num-envs 64 --device $DEV \
+  > "$OUTDIR/probe.txt" 2>&1
 rc=$?
 cat "$OUTDIR/probe.txt"
 record "- probe (exit $rc): $(grep -E '^  [a-z+]+ +(OK|FAIL)' "$OUTDIR/probe.txt" \
@@ -131,10 +132,11 @@ train_eval() {  # train_eval SIM ENVS SECONDS LABEL: locomotion_cpu.py, then one
     echo "skipped: ${budget} s left"; record "- $label: skipped (no time)"; status=1; return
   fi
   local minutes; minutes=$(awk "BEGIN {print $secs / 60}")
-  timeout "$budget" $PY benchmarks/locomotion_cpu.py --task go1-flat --sim "$sim" \
-    --device $DEV --num-envs "$envs" --budget-min "$minutes" --eval-every-min "$minutes" \
-    --episodes $EPISODES --run-dir "/tmp/trot-gpu-run-$sim" --out "$csv" \
-    --train capture=off \
+  # the run eager (--capture off): the reference; the captured side is step 5's own row
+  timeout "$budget" $PY benchmarks/locomotion_cpu.py --budget-min "$minutes" \
+    --eval-every-min "$minutes" --episodes $EPISODES --out "$csv" \
+    -- go1-flat --sim "$sim" --device $DEV --num-envs "$envs" \
+    --run-dir "/tmp/trot-gpu-run-$sim" --capture off \
     || { echo "$label FAILED or timed out"; status=1; }
   [ -f "$csv" ] && $PY - "$csv" "$label" >> "$RES" <<'EOF'
 import csv, sys
@@ -146,19 +148,21 @@ EOF
   tail -n 1 "$RES"
 }
 
-throughput() {  # throughput SIM TASK SIZES STEPS CAP_S [CAPTURE]: gpu_bench.py rows
+throughput() {  # throughput SIM TASK "SIZES" STEPS CAP_S [CAPTURE]: gpu_bench.py rows
   local budget=$(( $(left) - 5 )); [ "$budget" -gt "$5" ] && budget=$5
   if [ "$budget" -lt 20 ]; then echo "skipped: ${budget} s"; return 1; fi
-  timeout "$budget" $PY benchmarks/gpu_bench.py --task "$2" --sim "$1" --device $DEV \
-    --sizes "$3" --steps "$4" --train-iters 2 --train-seconds 0 --cpu-baseline 0 \
-    --capture "${6:-off}" --append "$RES" || { echo "$2 on $1 FAILED or timed out"; return 1; }
+  # shellcheck disable=SC2086  # SIZES: one env count per word
+  timeout "$budget" $PY benchmarks/gpu_bench.py --sizes $3 --steps "$4" --train-iters 2 \
+    --train-seconds 0 --cpu-baseline 0 --append "$RES" \
+    -- "$2" --sim "$1" --device $DEV --capture "${6:-off}" \
+    || { echo "$2 on $1 FAILED or timed out"; return 1; }
 }
 
 record ""
 record "| task | backend | envs | compile s | physics only | env loop | training |"
 record "|---|---|---|---|---|---|---|"
 step "2. Sebulba go1-flat: MuJoCo C on the host cores, the learner on $DEV"
-throughput cpu go1-flat "${SIZES##*,}" 50 30 || status=1
+throughput cpu go1-flat "${SIZES##* }" 50 30 || status=1
 train_eval cpu "$TRAIN_ENVS" "$SEB_S" "Sebulba go1-flat training on $DEV ($TRAIN_ENVS envs)"
 
 step "3. mjx go1-flat physics, env loop and training env-steps/s"
@@ -183,9 +187,9 @@ else
 fi
 # the captured torch side (TrainConfig.capture=auto: inductor on CUDA) against the eager
 # rows above; the training runs above stay eager, so a compile failure costs only this row
-throughput mjx go1-flat "${SIZES%%,*}" 50 90 auto || echo "(optional: exit unchanged)"
+throughput mjx go1-flat "${SIZES%% *}" 50 90 auto || echo "(optional: exit unchanged)"
 for task in go1-rough g1-flat; do
-  throughput mjx $task "${SIZES%%,*}" 50 60 || echo "(optional: exit unchanged)"
+  throughput mjx $task "${SIZES%% *}" 50 60 || echo "(optional: exit unchanged)"
 done
 
 step "done in $(elapsed) s (exit $status)"

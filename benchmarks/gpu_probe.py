@@ -4,7 +4,7 @@ its error's first line, from plain JAX up to trot's own mjx env:
   1. jax          a jitted program on JAX-made arrays
   2. mjx          jit(vmap(mjx.step)) of a pendulum on JAX-made arrays
   3. mjx+dlpack   the same with the state imported from torch (DLPack) and read back
-  4. trot         make_env("cartpole-balance", sim="mjx") stepping with torch actions, its
+  4. trot         make_env(TASK, NUM_ENVS, sim="mjx") stepping with torch actions, its
                   programs as trot compiles them (on CUDA: XLA's command buffers off)
   5. trot+cb      the same with the command buffers on (TROT_XLA_COMMAND_BUFFERS=1)
 
@@ -13,17 +13,24 @@ Stages 2 and 3 run with XLA's defaults (command buffers on). On the H200 (2026-1
 memcpy D2D node params: CUDA_ERROR_INVALID_VALUE" (XLA's command buffers: CUDA graphs);
 stage 5 says whether they still cause it. benchmarks/gpu_check.sh runs this first.
 
-    python benchmarks/gpu_probe.py --device cuda     # exit 0 iff stage 4 ran
+    python benchmarks/gpu_probe.py -- cartpole-balance --num-envs 64 --device cuda
+
+It exits 0 iff stage 4 ran. It takes no flags of its own; after `--` come `trot train`'s
+(default `cartpole-balance --num-envs 64 --device cuda`): the task and the env count of
+stages 4 and 5, `--env.FIELD V`, and the torch device (cuda or cpu).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 
 import numpy as np
+
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import main
 
 PENDULUM = """<mujoco><worldbody><body><joint name="h" type="hinge" axis="0 1 0"/>
 <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.05"/></body></worldbody>
@@ -69,25 +76,26 @@ def _mjx_dlpack(jdev, device) -> str:
     return f"qpos[0] {float(q[0, 0]):+.4f}"
 
 
-def _trot(device) -> str:
+def _trot(cfg: TrainConfig, device) -> str:
     import torch
     import trot
-    env = trot.make_env("cartpole-balance", num_envs=64, sim="mjx", device=device, seed=0)
+    env = trot.make_env(cfg.task, num_envs=cfg.num_envs, sim="mjx", device=device, seed=0,
+                        config=cfg.env)
     env.reset()
     gen = torch.Generator(device=env.device).manual_seed(0)
     for _ in range(10):
-        a = torch.rand(64, env.action_dim, generator=gen, device=env.device) * 2 - 1
+        a = torch.rand(env.num_envs, env.action_dim, generator=gen, device=env.device) * 2 - 1
         res = env.step(a)
     return (f"impl {env.sim.impl}, XLA options {dict(env.sim.xla_options)}, reward mean "
             f"{float(res.reward.mean()):.4f}")
 
 
-def _trot_command_buffers(device) -> str:
+def _trot_command_buffers(cfg: TrainConfig, device) -> str:
     from trot.sim.mjx import COMMAND_BUFFER_ENV
     saved = os.environ.get(COMMAND_BUFFER_ENV)
     os.environ[COMMAND_BUFFER_ENV] = "1"  # read when the sim is built: its programs only
     try:
-        return _trot(device)
+        return _trot(cfg, device)
     finally:
         if saved is None:
             os.environ.pop(COMMAND_BUFFER_ENV)
@@ -95,24 +103,28 @@ def _trot_command_buffers(device) -> str:
             os.environ[COMMAND_BUFFER_ENV] = saved
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda", help="torch device: cuda or cpu")
-    a = p.parse_args()
+@dataclass(frozen=True)
+class Settings:
+    """The probe has no settings of its own: the task, env count and device are the train
+    arguments' (after --)."""
+
+
+def run(s: Settings, cfg: TrainConfig) -> int:
     import torch
     from trot.sim import resolve_device
     from trot.sim.jax_bridge import jax_device
-    device = resolve_device(a.device)
+    device = resolve_device(cfg.device)
     jdev = jax_device(device)
     print(f"probe on {device} / {jdev}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     stages = [("jax", lambda: _jax(jdev)), ("mjx", lambda: _mjx(jdev)),
-              ("mjx+dlpack", lambda: _mjx_dlpack(jdev, device)), ("trot", lambda: _trot(device)),
-              ("trot+cb", lambda: _trot_command_buffers(device))]
+              ("mjx+dlpack", lambda: _mjx_dlpack(jdev, device)),
+              ("trot", lambda: _trot(cfg, device)),
+              ("trot+cb", lambda: _trot_command_buffers(cfg, device))]
     ok = {}
-    for name, run in stages:
+    for name, stage in stages:
         try:
             ok[name] = True
-            print(f"  {name:11s} OK   {run()}", flush=True)
+            print(f"  {name:11s} OK   {stage()}", flush=True)
         except Exception as e:  # noqa: BLE001 (the point is to report any failure)
             ok[name] = False
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -124,4 +136,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(Settings, run, ("cartpole-balance", "--num-envs", "64", "--device", "cuda")))

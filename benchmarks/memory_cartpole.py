@@ -3,32 +3,35 @@
     python benchmarks/memory_cartpole.py --budget-s 180 --seeds 0 1 2 \
         --out docs/data/memory_cartpole.csv
 
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`cartpole-balance-blind`): the task, `--num-envs` (default 1024), `--agent.FIELD V` and
+`--env.FIELD V` (changes to the task's registered settings, for every variant: screens),
+`--run-dir` (default runs/TASK/memory_cartpole; each run in VARIANT_seedK under it).
+
 `cartpole-balance-blind`'s policy sees the cart position and the pole direction only; its
-critic sees the velocities too. Each variant trains with the task's registered agent (the
-GRU with a (32,) head after its cell, see VARIANTS) for --budget-s of training wall-clock,
-then its deterministic policy plays one episode in each of --episodes fresh envs (noise
-off). The goal (issue 21): the MLP below 60% of the
-maximum return (500), the GRU and the history-4 MLP at 95% or more. One row per variant
-and seed goes to --out as soon as it is done; the summary prints the median and the
+critic sees the velocities too. Each variant (VARIANTS: the GRU with a (32,) head after its
+cell) and seed trains through trot's one loop (agents/loop.py) for --budget-s of training
+clock; at its end the deterministic policy plays one episode in each of --episodes fresh
+envs (noise off). The goal (issue 21): the MLP below 60% of the maximum return (500), the
+GRU and the history-4 MLP at 95% or more. One row per variant and seed goes to --out as
+soon as it is done; `--resume` keeps --out's rows (their runs are not trained again) and
+continues an unfinished run from its checkpoint. The summary prints the median and the
 spread (min..max) over seeds, with env steps next to wall-clock.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
 import statistics
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from trot.agents.config import parse_override, tuned
 from trot.agents.evaluate import run_episodes
-from trot.agents.learners import build
 from trot.agents.train_config import TrainConfig
+from trot.benchmark import Results, Timed, main, run_to_goals
 from trot.tasks.registry import get_task, make_env
 
-TASK = "cartpole-balance-blind"
 VARIANTS = {  # name: (agent changes, env changes)
     "mlp": ({}, {}),
     # the GRU's 32 units carry the features: a (32,) head after them balanced 98.3% of
@@ -37,65 +40,74 @@ VARIANTS = {  # name: (agent changes, env changes)
     "gru": ({"rnn": "gru", "actor_hidden": (32,)}, {}),
     "history4": ({}, {"obs_history": 4}),
 }
+GOALS = {"mlp": lambda x: x < 0.60, "gru": lambda x: x >= 0.95,
+         "history4": lambda x: x >= 0.95}
 
 
-def run(variant: str, seed: int, budget_s: float, episodes: int, num_envs: int,
-        overrides: tuple = ()) -> dict:
-    """overrides: (field, value) pairs on the task's registered agent, for every variant."""
-    entry = get_task(TASK)
+@dataclass(frozen=True)
+class Settings:
+    budget_s: float = 180.0
+    """seconds of training clock per variant and seed"""
+    seeds: tuple[int, ...] = (0,)
+    """the seeds each variant trains"""
+    variants: tuple[Literal["mlp", "gru", "history4"], ...] = ("mlp", "gru", "history4")
+    """the variants to train"""
+    episodes: int = 128
+    """evaluation episodes at the end of each run, one per env"""
+    out: str = "memory_cartpole.csv"
+    """one row per variant and seed, written as each is done"""
+    resume: bool = False
+    """keep --out's rows; continue an unfinished run from its checkpoint"""
+
+
+def variant_config(cfg: TrainConfig, variant: str, seed: int, base: Path) -> TrainConfig:
+    """cfg with the variant's changes, as seed `seed`'s run in base/VARIANT_seedK."""
     agent_changes, env_changes = VARIANTS[variant]
-    env_cfg = dataclasses.replace(entry.config, **env_changes)
-    agent = dataclasses.replace(tuned(entry.agent + tuple(overrides)), **agent_changes)
-    trainer = build(TrainConfig(task=TASK, num_envs=num_envs, seed=seed, agent=agent,
-                                env=env_cfg, max_env_steps=10**12))
-    start = time.perf_counter()
-    while time.perf_counter() - start < budget_s:
-        trainer.iterate()
-    train_s = time.perf_counter() - start
-    eval_env = make_env(TASK, episodes, seed=1000 + seed,
-                        config=dataclasses.replace(env_cfg, obs_noise=False))
-    r = run_episodes(eval_env, trainer.ac.actor, episodes)
-    return {"variant": variant, "seed": seed, "train_s": round(train_s, 1),
-            "env_steps": trainer.env_steps, "mean_return": r["mean_return"],
-            "fraction_of_max": r["mean_return"] / eval_env.task.max_return()}
+    env = dataclasses.replace(cfg.env or get_task(cfg.task).config, **env_changes)
+    return dataclasses.replace(cfg, seed=seed, env=env,
+                               agent=dataclasses.replace(cfg.agent, **agent_changes),
+                               run_dir=str(base / f"{variant}_seed{seed}"))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--budget-s", type=float, default=180.0)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--episodes", type=int, default=128)
-    p.add_argument("--num-envs", type=int, default=1024)
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="changes to the task's registered agent, for every variant (screens)")
-    a = p.parse_args()
-    overrides = tuple(map(parse_override, a.agent))
-    rows = []
-    for variant in a.variants:
-        for seed in a.seeds:
-            rows.append(run(variant, seed, a.budget_s, a.episodes, a.num_envs, overrides))
-            print(rows[-1], flush=True)
-            if a.out is not None:
-                with open(a.out, "w", newline="") as f:  # every row so far, after each run
-                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                    w.writeheader()
-                    w.writerows(rows)
-    goals = {"mlp": lambda x: x < 0.60, "gru": lambda x: x >= 0.95,
-             "history4": lambda x: x >= 0.95}
-    print(f"\n{TASK}, {a.budget_s:.0f} s of training each, N={a.num_envs}, "
-          f"{a.episodes} eval episodes, seeds {a.seeds}")
-    for variant in a.variants:
-        mine = [r for r in rows if r["variant"] == variant]
+def train_one(s: Settings, cfg: TrainConfig, variant: str) -> dict:
+    """One variant and seed trained for the budget, then evaluated: its row."""
+    def measure(trainer) -> dict[str, float]:
+        config = dataclasses.replace(cfg.env, obs_noise=False)
+        env = make_env(cfg.task, s.episodes, seed=1000 + cfg.seed, config=config)
+        r = run_episodes(env, trainer.ac.actor, s.episodes)
+        return {"mean_return": r["mean_return"],
+                "fraction_of_max": r["mean_return"] / env.task.max_return()}
+
+    # one evaluation, due when the budget is spent: the run's end
+    _, timed = run_to_goals(cfg, s.resume, lambda at: Timed(
+        Path(cfg.run_dir) / "memory_eval.csv", at, cfg.minutes, measure,
+        show=lambda row: None))
+    end = timed.rows[-1]
+    return {"variant": variant, "seed": cfg.seed, "train_s": round(end["train_s"], 1),
+            "env_steps": end["env_steps"], "mean_return": end["mean_return"],
+            "fraction_of_max": end["fraction_of_max"]}
+
+
+def run(s: Settings, cfg: TrainConfig) -> None:
+    base = Path(cfg.run_dir or f"runs/{cfg.task}/memory_cartpole")
+    cfg = dataclasses.replace(cfg, minutes=s.budget_s / 60, max_env_steps=10**12)
+    results = Results(Path(s.out), s.resume)
+    for variant in s.variants:
+        for seed in s.seeds:
+            if results.find(variant=variant, seed=seed) is None:
+                results.add(train_one(s, variant_config(cfg, variant, seed, base), variant))
+                print(results.rows[-1], flush=True)
+    print(f"\n{cfg.task}, {s.budget_s:.0f} s of training each, N={cfg.num_envs}, "
+          f"{s.episodes} eval episodes, seeds {list(s.seeds)}")
+    for variant in s.variants:
+        mine = [r for r in results.rows if r["variant"] == variant and r["seed"] in s.seeds]
         frac = [r["fraction_of_max"] for r in mine]
         steps = statistics.median(r["env_steps"] for r in mine)
         med = statistics.median(frac)
         print(f"{variant:>9}: return {med:.1%} of max (median; {min(frac):.1%}..{max(frac):.1%})"
               f" after {steps / 1e6:.2f} M env steps; goal "
-              f"{'met' if goals[variant](med) else 'MISSED'}")
+              f"{'met' if GOALS[variant](med) else 'MISSED'}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("cartpole-balance-blind",))

@@ -2,7 +2,11 @@
 how much of `env.step` is not physics (issue 22: host work that would dominate on a GPU).
 
     python benchmarks/mjx_overhead.py                       # go1-flat, 64 envs, cpu
-    python benchmarks/mjx_overhead.py --task g1-flat --num-envs 128 --device cuda
+    python benchmarks/mjx_overhead.py -- g1-flat --num-envs 128 --device cuda
+
+The flags before `--` are this benchmark's (`--steps`, `--repeats`); after it come `trot
+train`'s own (default `go1-flat --num-envs 64`): the task, `--num-envs`, `--device` and
+`--env.FIELD V`. The sim is mjx whatever `--sim` says: it is what this measures.
 
 Both sides start from the env loop's own states after a warm-up (so the same contacts are
 stepped), with the task's randomization and pushes on:
@@ -19,15 +23,25 @@ no overhead), best of `--repeats` interleaved rounds (the least disturbed by oth
 
 from __future__ import annotations
 
-import argparse
 import time
+from dataclasses import dataclass
 
 import jax
 import torch
 from mujoco import mjx
 
 import trot
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import main
 from trot.sim.jax_bridge import to_jax
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int = 50
+    """control steps per round"""
+    repeats: int = 5
+    """interleaved rounds; the best of each is reported"""
 
 
 def bare_program(sim):
@@ -67,22 +81,14 @@ def independent_program(model, n: int, substeps: int, jdev):
     return jax.jit(jax.vmap(one)), batch
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="go1-flat")
-    p.add_argument("--num-envs", type=int, default=64)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=50, help="control steps per round")
-    p.add_argument("--repeats", type=int, default=5)
-    a = p.parse_args()
-
-    env = trot.make_env(a.task, num_envs=a.num_envs, sim="mjx", device=a.device, seed=0)
+def run(s: Settings, cfg: TrainConfig) -> None:
+    env = trot.make_env(cfg.task, num_envs=cfg.num_envs, sim="mjx", device=cfg.device, seed=0,
+                        config=cfg.env)
     sim, dev = env.sim, env.device
     env.reset(stagger=True)
     gen = torch.Generator(device=dev).manual_seed(0)
-    actions = [0.3 * torch.randn(a.num_envs, env.action_dim, generator=gen, device=dev)
-               for _ in range(a.steps)]
+    actions = [0.3 * torch.randn(cfg.num_envs, env.action_dim, generator=gen, device=dev)
+               for _ in range(s.steps)]
     for x in actions[:20]:  # warm-up: every program compiled, contacts made
         env.step(x)
     bare = bare_program(sim)
@@ -93,37 +99,37 @@ def main() -> None:
     def time_bare() -> float:
         d = sim._d_leaves
         t = time.perf_counter()
-        for _ in range(a.steps):
+        for _ in range(s.steps):
             d = bare(sim._m_leaves, sim._tables(), d, ctrl)
         jax.block_until_ready(d)
-        return (time.perf_counter() - t) / a.steps
+        return (time.perf_counter() - t) / s.steps
 
     def time_env() -> float:
         t = time.perf_counter()
         for x in actions:
             env.step(x)
         float(env.sim.qpos.sum())  # one sync: everything queued has run
-        return (time.perf_counter() - t) / a.steps
+        return (time.perf_counter() - t) / s.steps
 
-    ind, ind_d = independent_program(sim.model, a.num_envs, sim.substeps, sim._jdev)
+    ind, ind_d = independent_program(sim.model, cfg.num_envs, sim.substeps, sim._jdev)
     jax.block_until_ready(ind(ind_d, ctrl))
 
     def time_independent() -> float:
         d = ind_d
         t = time.perf_counter()
-        for _ in range(a.steps):
+        for _ in range(s.steps):
             d = ind(d, ctrl)
         jax.block_until_ready(d)
-        return (time.perf_counter() - t) / a.steps
+        return (time.perf_counter() - t) / s.steps
 
-    rounds = [(time_bare(), time_independent(), time_env()) for _ in range(a.repeats)]
+    rounds = [(time_bare(), time_independent(), time_env()) for _ in range(s.repeats)]
     b, i, e = (min(r[k] for r in rounds) for k in range(3))
-    print(f"task={a.task} N={a.num_envs} device={dev} impl={sim.impl} substeps={sim.substeps} "
-          f"reset_capacity={sim.reset_capacity} jax={jax.__version__}")
+    print(f"task={cfg.task} N={cfg.num_envs} device={dev} impl={sim.impl} "
+          f"substeps={sim.substeps} reset_capacity={sim.reset_capacity} jax={jax.__version__}")
     print(f"bare physics {1e3 * b:8.2f} ms/step   independent bare {1e3 * i:8.2f} ms/step   "
-          f"env.step {1e3 * e:8.2f} ms/step   (best of {a.repeats} x {a.steps} steps)")
+          f"env.step {1e3 * e:8.2f} ms/step   (best of {s.repeats} x {s.steps} steps)")
     print(f"ratio bare/env {b / e:.2f}   ratio independent/env {i / e:.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("go1-flat", "--num-envs", "64"))

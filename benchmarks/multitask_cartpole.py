@@ -3,41 +3,69 @@ cartpole-swingup-x100 (rewards 100x apart), per-task PopArt against one shared P
 
     python benchmarks/multitask_cartpole.py --seeds 0 1 2 --out docs/data/multitask_cartpole.csv
 
-Each (mode, seed) trains one policy on both tasks (`trot train cartpole-balance
-cartpole-swingup-x100`, half the envs each) with cartpole-swingup's registered agent
-settings, for --max-env-steps env steps in all. Every --eval-every iterations the clock
-is paused and each task's own policy (its run directory's: the task fixed, agents/
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`cartpole-balance cartpole-swingup-x100 --num-envs 1024 --max-env-steps 6000000`): the two
+tasks, `--num-envs` (in all, half per task), `--max-env-steps` (in all), `--agent.FIELD
+V`, `--env.TASK.FIELD V`, `--run-dir` (default runs/TASKS/multitask_cartpole; each run in
+MODE_seedK under it). The agent is cartpole-swingup's registered one (`trot train` would
+give a run of several tasks the first task's) with the `--agent.*` changes given, and each
+mode's `popart_tasks`.
+
+Each (mode, seed) trains one policy on both tasks through trot's one loop (agents/loop.py)
+to its env-step budget. Every --eval-every iterations, and at the budget, the clock is
+paused and each task's own policy (its run directory's: the task fixed, agents/
 multitask.py) plays one deterministic episode in each of 16 fresh envs (noise off):
 - cartpole-balance: its single-task target, mean return >= 95% of the maximum (500);
 - cartpole-swingup-x100: cartpole-swingup's registered target, the pole upright
   (cos > 0.9) for >= 80% of the episode's second half.
-A row per evaluation is appended to --out as it comes (with --resume, finished (mode, seed)
-runs are skipped and an unfinished one restarts). The summary gives, per mode, the median
-and range over seeds of each task's last evaluation, and of the env steps and training
-minutes at which both targets first held.
+A row per evaluation goes to --out as it comes (with --resume, finished (mode, seed) runs
+are skipped and an unfinished one continues from its checkpoint). The summary gives, per
+mode, the median and range over seeds of each task's last evaluation, and of the env steps
+and training minutes at which both targets first held.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
-import statistics
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from trot.agents.config import tuned
+from trot.agents.checkpoint import Counters
+from trot.agents.config import PPOConfig, tuned
 from trot.agents.evaluate import run_episodes
 from trot.agents.multitask import task_view
-from trot.agents.learners import build
-from trot.agents.train_config import Tasks, TrainConfig
-from trot.core.files import atomic_write
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import Results, main, run_to_goals, spread
 from trot.tasks.registry import get_task, make_env
 
 TASKS = ("cartpole-balance", "cartpole-swingup-x100")
-FIELDS = ("mode", "seed", "iteration", "env_steps", "train_s", "balance_return",
-          "swingup_upright", "both_met")
+AGENT = "cartpole-swingup"  # the registered task whose agent settings both tasks train with
 MODES = ("per-task", "shared")
+
+
+@dataclass(frozen=True)
+class Settings:
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """the seeds each mode trains"""
+    modes: tuple[Literal["per-task", "shared"], ...] = MODES
+    """PopArt per task, or one shared (agent.popart_tasks)"""
+    eval_every: int = 10
+    """iterations between evaluations"""
+    out: str = "multitask_cartpole.csv"
+    """a row per evaluation, written as it comes"""
+    resume: bool = False
+    """keep --out's finished runs; continue an unfinished one from its checkpoint"""
+
+
+def agent_of(cfg: TrainConfig, mode: str) -> PPOConfig:
+    """AGENT's registered settings with the train args' --agent.* changes (the fields that
+    differ from the first task's registered ones) and the mode's PopArt."""
+    first = tuned(get_task(cfg.task).agent)
+    changed = {f.name: getattr(cfg.agent, f.name) for f in dataclasses.fields(first)
+               if getattr(cfg.agent, f.name) != getattr(first, f.name)}
+    return dataclasses.replace(tuned(get_task(AGENT).agent),
+                               **{**changed, "popart_tasks": mode})
 
 
 def evaluate(trainer, eval_envs) -> tuple[float, float]:
@@ -51,95 +79,83 @@ def evaluate(trainer, eval_envs) -> tuple[float, float]:
     return out[0]["mean_return"], out[1]["upright_second_half"]
 
 
-def train_one(mode: str, seed: int, a, write) -> None:
-    agent = dataclasses.replace(tuned(get_task("cartpole-swingup").agent), popart_tasks=mode)
-    cfg = TrainConfig(task=TASKS[0], mode=Tasks(TASKS[1:]), num_envs=a.num_envs, seed=seed,
-                      agent=agent, max_env_steps=a.max_env_steps, export=False)
-    trainer = build(cfg)
-    eval_envs = [make_env(t, 16, seed=1000 + seed, config=dataclasses.replace(
-        get_task(t).config, obs_noise=False)) for t in TASKS]
-    train_s = 0.0
-    while trainer.env_steps < a.max_env_steps:
-        t0 = time.perf_counter()
-        for _ in range(a.eval_every):
-            trainer.iterate()
-        train_s += time.perf_counter() - t0
-        ret, upright = evaluate(trainer, eval_envs)
+class EveryK:
+    """The loop's evaluation (agents/loop.py's `Evaluation`): both tasks' policies every
+    `every` iterations and at the budget, a row each in `results`. A resumed run's rows past
+    its checkpoint are dropped (a checkpoint follows each row)."""
+
+    checkpoints = True
+
+    def __init__(self, cfg: TrainConfig, mode: str, every: int, results: Results,
+                 at: Counters):
+        self.mode, self.seed, self.every, self.results = mode, cfg.seed, every, results
+        results.rows = [r for r in results.rows if not self._mine(r)
+                        or r["iteration"] <= at.iteration]
+        self.envs = [make_env(t, 16, seed=1000 + cfg.seed, config=dataclasses.replace(
+            c or get_task(t).config, obs_noise=False)) for t, c in cfg.tasks]
+
+    def _mine(self, row: dict) -> bool:
+        return row["mode"] == self.mode and row["seed"] == self.seed
+
+    def due(self, trainer, m: dict[str, float], at: Counters) -> bool:
+        return trainer.iteration % self.every == 0 or trainer.cfg.spent(at.env_steps,
+                                                                        at.wall_s)
+
+    def __call__(self, trainer, at: Counters) -> None:
+        ret, upright = evaluate(trainer, self.envs)
         met = ret >= 0.95 * 500 and upright >= 0.8
-        write({"mode": mode, "seed": seed, "iteration": trainer.iteration,
-               "env_steps": trainer.env_steps, "train_s": round(train_s, 2),
-               "balance_return": round(ret, 2), "swingup_upright": round(upright, 4),
-               "both_met": int(met)})
-        print(f"{mode:8s} seed {seed} it {trainer.iteration:4d} {trainer.env_steps / 1e6:6.2f}M "
-              f"{train_s:6.1f} s | balance return {ret:6.1f} | swing-up upright {upright:.2f}"
-              f"{' | both met' if met else ''}", flush=True)
+        self.results.add({"mode": self.mode, "seed": self.seed, "iteration": at.iteration,
+                          "env_steps": at.env_steps, "train_s": round(at.wall_s, 2),
+                          "balance_return": round(ret, 2),
+                          "swingup_upright": round(upright, 4), "both_met": int(met)})
+        print(f"{self.mode:8s} seed {self.seed} it {at.iteration:4d} "
+              f"{at.env_steps / 1e6:6.2f}M {at.wall_s:6.1f} s | balance return {ret:6.1f} | "
+              f"swing-up upright {upright:.2f}{' | both met' if met else ''}", flush=True)
+
+    def done(self) -> bool:
+        return False
 
 
-def summarize(rows: list[dict[str, str]], seeds: list[int]) -> None:
-    def spread(xs: list[float], fmt: str) -> str:
-        return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}..{max(xs):{fmt}})"
-
-    for mode in MODES:
-        runs = [[r for r in rows if r["mode"] == mode and int(r["seed"]) == s] for s in seeds]
+def summarize(rows: list[dict], seeds: tuple[int, ...], modes: tuple[str, ...]) -> None:
+    for mode in modes:
+        runs = [[r for r in rows if r["mode"] == mode and r["seed"] == s] for s in seeds]
         runs = [r for r in runs if r]
         if not runs:
             continue
         last = [r[-1] for r in runs]
         print(f"{mode}: last evaluation over {len(runs)} seeds: balance return "
-              f"{spread([float(r['balance_return']) for r in last], '.1f')} (target 475), "
-              f"swing-up upright {spread([float(r['swingup_upright']) for r in last], '.2f')}"
-              f" (target 0.80), at {spread([int(r['env_steps']) / 1e6 for r in last], '.2f')}"
+              f"{spread([r['balance_return'] for r in last], 1)} (target 475), "
+              f"swing-up upright {spread([r['swingup_upright'] for r in last], 2)}"
+              f" (target 0.80), at {spread([r['env_steps'] / 1e6 for r in last], 2)}"
               " M env steps")
-        first = [next((r for r in run if r["both_met"] == "1"), None) for run in runs]
+        first = [next((r for r in run if r["both_met"] == 1), None) for run in runs]
         hit = [r for r in first if r is not None]
         if hit:
             print(f"{mode}: both targets first met by {len(hit)} of {len(runs)} seeds, at "
-                  f"{spread([int(r['env_steps']) / 1e6 for r in hit], '.2f')} M env steps, "
-                  f"{spread([float(r['train_s']) / 60 for r in hit], '.2f')} min of training")
+                  f"{spread([r['env_steps'] / 1e6 for r in hit], 2)} M env steps, "
+                  f"{spread([r['train_s'] / 60 for r in hit], 2)} min of training")
         else:
             print(f"{mode}: both targets met by none of {len(runs)} seeds")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--num-envs", type=int, default=1024, help="in all, half per task")
-    p.add_argument("--max-env-steps", type=int, default=6_000_000, help="in all")
-    p.add_argument("--eval-every", type=int, default=10, help="iterations")
-    p.add_argument("--out", type=Path, default=Path("multitask_cartpole.csv"))
-    p.add_argument("--resume", action="store_true",
-                   help="keep --out's finished runs; an unfinished one starts again")
-    a = p.parse_args()
-    rows = []
-    if a.resume and a.out.exists():
-        with open(a.out, newline="") as f:
-            rows = list(csv.DictReader(f))
-    done = {(r["mode"], int(r["seed"])) for r in rows
-            if int(r["env_steps"]) >= a.max_env_steps}
-    rows = [r for r in rows if (r["mode"], int(r["seed"])) in done]
-
-    def keep(tmp: Path) -> None:  # the finished runs' rows, then appended to as they come
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-    atomic_write(a.out, keep)
-    with open(a.out, "a", newline="") as f:
-        out = csv.DictWriter(f, FIELDS)
-
-        def write(row: dict) -> None:
-            out.writerow(row)
-            f.flush()
-            rows.append({k: str(v) for k, v in row.items()})
-
-        for mode in a.modes:
-            for seed in a.seeds:
-                if (mode, seed) not in done:
-                    train_one(mode, seed, a, write)
-    summarize(rows, a.seeds)
+def run(s: Settings, cfg: TrainConfig) -> None:
+    if tuple(t for t, _ in cfg.tasks) != TASKS:
+        raise SystemExit(f"this benchmark trains {' and '.join(TASKS)} (its evaluation is "
+                         f"theirs), got {', '.join(t for t, _ in cfg.tasks)}")
+    base = Path(cfg.run_dir or f"runs/{'+'.join(TASKS)}/multitask_cartpole")
+    results = Results(Path(s.out), s.resume)
+    done = {(r["mode"], r["seed"]) for r in results.rows
+            if r["env_steps"] >= cfg.max_env_steps}
+    for mode in s.modes:
+        for seed in s.seeds:
+            if (mode, seed) in done:
+                continue
+            one = dataclasses.replace(cfg, seed=seed, agent=agent_of(cfg, mode),
+                                      export=False, run_dir=str(base / f"{mode}_seed{seed}"))
+            run_to_goals(one, s.resume, lambda at: EveryK(one, mode, s.eval_every, results,
+                                                          at))
+    summarize(results.rows, s.seeds, s.modes)
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, (*TASKS, "--num-envs", "1024", "--max-env-steps", "6000000"))

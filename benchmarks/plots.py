@@ -4,6 +4,8 @@
     python benchmarks/plots.py --only ant_peers --out-dir /tmp/img
     python benchmarks/plots.py --list
 
+It draws from committed files only: no task, no training (it takes no train arguments).
+
 Each plot NAME writes NAME.png and, beside it, NAME.csv: the series the picture draws, one
 row per point (curve, panel, x, median, low, high, runs), so that a reader or a test can
 check a picture against its sources.
@@ -19,19 +21,30 @@ table reports.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import compare_ant  # its reading of the peers' CSVs, not a copy of it
+from trot.benchmark import main
+from trot.compare import X_AXES, band, plot_band  # `trot compare`'s median and band
 
-from trot.compare import X_AXES, band, plot_band  # `trot compare`'s median and band, one definition
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    """benchmarks/NAME.py as a module, loaded from its file (no sys.path edit)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclasses need it
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+compare_ant = _load("compare_ant")  # its reading of the peers' CSVs, not a copy of it
 
 # `trot compare`'s axes, and the sweeps' (a setting on x; one point per run)
 AXES = {**X_AXES, "learning_rate": ("learning rate", 1.0)}
@@ -176,24 +189,31 @@ def write(plot: Plot, out_dir: Path, root: Path = ROOT) -> tuple[Path, Path]:
     return png, table
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "img")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=[p.name for p in PLOTS],
-                    help="draw these plots only (default: all)")
-    ap.add_argument("--list", action="store_true", help="print each plot and its CSVs")
-    a = ap.parse_args(argv)
+@dataclass(frozen=True)
+class Settings:
+    out_dir: Path = ROOT / "docs" / "img"
+    """where the PNGs and their CSVs go"""
+    only: tuple[str, ...] = ()
+    """draw these plots only (default: all)"""
+    list: bool = False
+    """print each plot and its CSVs"""
+
+
+def run(s: Settings, cfg=None) -> None:
+    """Draw (or list) the plots; cfg, the train arguments, is not used."""
+    unknown = set(s.only) - {p.name for p in PLOTS}
+    if unknown:
+        raise SystemExit(f"--only: no plot {', '.join(sorted(unknown))}; the plots: "
+                         f"{', '.join(p.name for p in PLOTS)}")
     for plot in PLOTS:
-        if a.only and plot.name not in a.only:
+        if s.only and plot.name not in s.only:
             continue
-        if a.list:
+        if s.list:
             print(plot.name + ": " + " ".join(p for c in plot.curves for p in c.csvs))
             continue
-        png, _ = write(plot, a.out_dir)
+        png, _ = write(plot, Path(s.out_dir))
         print(f"{png}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(Settings, run)

@@ -7,28 +7,41 @@ warm-up iterations, and printed as seconds per iteration and a share of the whol
 random-action env loop at the same N is timed in the same run, so "train / env loop" is
 the ratio issue 23 asks for (>= 0.60).
 
-    python benchmarks/profile_iteration.py --task go1-flat --iterations 10
-    python benchmarks/profile_iteration.py --task go2-flat --agent symmetry=augment
-    python benchmarks/profile_iteration.py --task go1-flat --train async_collect=True actor_lag=1
+    python benchmarks/profile_iteration.py --iterations 10 -- go1-flat
+    python benchmarks/profile_iteration.py -- go2-flat --agent.symmetry augment
+    python benchmarks/profile_iteration.py -- go1-flat --async-collect --actor-lag 1
+
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`go1-flat`): the task, `--num-envs`, `--agent.FIELD V`, `--env.FIELD V` (e.g.
+`--env.obs-history 4`) and the synchronous mode's and the run's settings (e.g.
+`--async-collect --actor-lag 1`: the parts then overlap, and only the env-steps/s line adds
+up; `--torch-threads`, `--update-threads`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from trot.agents.collect import set_threads
-from trot.agents.config import parse_override, tuned
-from trot.agents.logger import RunLogger
 from trot.agents.learners import build
+from trot.agents.logger import RunLogger
 from trot.agents.train_config import Sync, TrainConfig
-from trot.tasks.registry import get_task
+from trot.benchmark import main
+
+
+@dataclass(frozen=True)
+class Settings:
+    iterations: int = 10
+    """timed iterations"""
+    warmup: int = 3
+    """untimed iterations first"""
 
 
 def _timed(obj, name: str, totals: dict[str, float], label: str) -> None:
@@ -76,32 +89,18 @@ def sgemm_rate(threads: int) -> float:
     return 2 * 6144 * 256 * 256 * reps / (time.perf_counter() - t)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="go1-flat")
-    p.add_argument("--num-envs", type=int, default=1024)
-    p.add_argument("--iterations", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--agent", nargs="*", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--env", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="task config overrides, e.g. obs_history=4")
-    p.add_argument("--train", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="TrainConfig overrides, e.g. async_collect=True actor_lag=1 (the "
-                        "parts then overlap: only the env-steps/s line adds up)")
-    a = p.parse_args()
-    entry = get_task(a.task)
-    agent = tuned(entry.agent + tuple(parse_override(x) for x in a.agent))
-    env_cfg = dataclasses.replace(entry.config, **dict(map(parse_override, a.env)))
+def run(s: Settings, cfg: TrainConfig) -> None:
+    if not isinstance(cfg.mode, Sync) or cfg.mode.nproc > 1:
+        raise SystemExit("this profile is of one synchronous learner: give no other mode "
+                         "after --")
+    agent = cfg.agent
     with tempfile.TemporaryDirectory() as tmp:
-        train = dict(map(parse_override, a.train))
-        mode = Sync(**{k: train.pop(k) for k in list(train)
-                       if k in {f.name for f in dataclasses.fields(Sync)}})
-        cfg = TrainConfig(task=a.task, num_envs=a.num_envs, agent=agent, env=env_cfg,
-                          run_dir=tmp, mode=mode, **train)
+        cfg = dataclasses.replace(cfg, run_dir=tmp)
         trainer = build(cfg)
+        # the learner's iterations, called here to time their parts: a measurement, not a
+        # training run (agents/loop.py's loop would add its checkpoints and budgets)
         logger = RunLogger(Path(tmp), tensorboard=True, curve_every_s=600.0)
-        for _ in range(a.warmup):
+        for _ in range(s.warmup):
             logger.log(trainer.iterate() | {"wall_s": 0.0, "steps_per_s": 0.0})
         totals: dict[str, float] = defaultdict(float)
         algo, ac = trainer.algo, trainer.ac
@@ -113,22 +112,22 @@ def main() -> None:
         _timed(ac, "update_normalizers", totals, "observation normalizers")
         _timed(logger, "log", totals, "logging (csv, tensorboard)")
         t = time.perf_counter()
-        for _ in range(a.iterations):
+        for _ in range(s.iterations):
             logger.log(trainer.iterate() | {"wall_s": 0.0, "steps_per_s": 0.0})
         total = time.perf_counter() - t
         logger.close()
-        steps = a.iterations * agent.rollout_steps * a.num_envs
+        steps = s.iterations * agent.rollout_steps * cfg.num_envs
         totals = dict(totals)  # the env loop below steps the same (wrapped) env
         loop = env_loop_rate(trainer, 3 * agent.rollout_steps)
         gemm = sgemm_rate(trainer.cfg.update_threads)
-    print(f"task={a.task} N={a.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
+    print(f"task={cfg.task} N={cfg.num_envs} T={agent.rollout_steps} epochs={agent.epochs} "
           f"minibatches={agent.minibatches} symmetry={agent.symmetry} "
           f"threads: sim {trainer.env.sim.nthread}, torch {trainer.cfg.torch_threads} / "
           f"update {trainer.cfg.update_threads or 'all'}"
           + (" async_collect (collection overlaps the update)" if cfg.mode.async_collect else ""))
-    n = a.iterations
-    for label, s in totals.items():
-        print(f"  {label:<48} {s / n:7.3f} s/it  {100 * s / total:5.1f}%")
+    n = s.iterations
+    for label, sec in totals.items():
+        print(f"  {label:<48} {sec / n:7.3f} s/it  {100 * sec / total:5.1f}%")
     rest = total - sum(v for k, v in totals.items() if not k.startswith("critic"))
     print(f"  {'other (rollout writes, checks, host sync)':<48} {rest / n:7.3f} s/it  "
           f"{100 * rest / total:5.1f}%  (critic passes are inside collection and prepare)")
@@ -143,4 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("go1-flat",))

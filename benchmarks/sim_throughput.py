@@ -1,6 +1,12 @@
 """Physics throughput, three ways on the same model and N, in one run (same noise).
 
-    python benchmarks/sim_throughput.py --task cartpole-balance --num-envs 1024
+    python benchmarks/sim_throughput.py -- cartpole-balance --num-envs 1024
+    python benchmarks/sim_throughput.py --compare go1-flat --seconds 20 --chunk 10 \
+        -- go1-rough --num-envs 1024
+
+The flags before `--` are this benchmark's; after it come `trot train`'s own (default
+`cartpole-balance`, 1024 envs): the task, `--num-envs` and `--env.FIELD V`. The physics is
+MuJoCo C on the host (the cpu sim) whatever `--sim` says.
 
 raw:  `mujoco.rollout` with all threads, `--chunk` x substeps steps per call, from the env
       loop's current states (the ceiling)
@@ -22,9 +28,10 @@ The sim-only chunks step their own env, so that the env loop runs undisturbed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
+from dataclasses import dataclass
+from typing import Literal
 
 import mujoco
 import numpy as np
@@ -41,13 +48,31 @@ from trot.bench import (
     sim_only,
     sim_seconds,
 )
+from trot.agents.train_config import TrainConfig
+from trot.benchmark import main
 from trot.tasks.env import Env
 
 
-def interleaved(a: argparse.Namespace, env: Env) -> tuple[dict[str, float], np.ndarray]:
+@dataclass(frozen=True)
+class Settings:
+    method: Literal["interleaved", "best-of"] = "interleaved"
+    """interleaved chunks round after round, or the best of longer runs"""
+    chunk: int = 50
+    """interleaved: control steps a chunk"""
+    seconds: float = 60.0
+    """interleaved: time to run"""
+    steps: int = 300
+    """best-of: control steps a run"""
+    repeats: int = 3
+    """best-of: runs of each"""
+    compare: str | None = None
+    """interleaved: another task's env loop, in the same rounds"""
+
+
+def interleaved(a: Settings, cfg: TrainConfig, env: Env) -> tuple[dict[str, float], np.ndarray]:
     """Median physics steps/s of raw, sim and env, and the per-round env/raw ratios."""
-    sim_env = trot.make_env(a.task, num_envs=a.num_envs, seed=2)
-    n, s, k = a.num_envs, env.sim.substeps, a.chunk
+    sim_env = trot.make_env(cfg.task, num_envs=cfg.num_envs, seed=2, config=cfg.env)
+    n, s, k = cfg.num_envs, env.sim.substeps, a.chunk
     raw = RawRollout(env.sim.model, n, k * s, env.sim.nthread)
     env.reset()
     actions = random_actions(env, seed=0)
@@ -80,8 +105,8 @@ def interleaved(a: argparse.Namespace, env: Env) -> tuple[dict[str, float], np.n
     return rates, np.array(times["raw"]) / np.array(times["env"])
 
 
-def best_of(a: argparse.Namespace, env: Env) -> dict[str, float]:
-    n, s = a.num_envs, env.sim.substeps
+def best_of(a: Settings, cfg: TrainConfig, env: Env) -> dict[str, float]:
+    n, s = cfg.num_envs, env.sim.substeps
     best = {"raw": 0.0, "sim": 0.0, "env": 0.0}
     for r in range(a.repeats):
         best["raw"] = max(best["raw"], raw_rollout(env.sim.model, n, a.steps * s,
@@ -91,34 +116,22 @@ def best_of(a: argparse.Namespace, env: Env) -> dict[str, float]:
     return best
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="cartpole-balance")
-    p.add_argument("--num-envs", type=int, default=1024)
-    p.add_argument("--method", choices=("interleaved", "best-of"), default="interleaved")
-    p.add_argument("--chunk", type=int, default=50, help="interleaved: control steps a chunk")
-    p.add_argument("--seconds", type=float, default=60.0, help="interleaved: time to run")
-    p.add_argument("--steps", type=int, default=300, help="best-of: control steps a run")
-    p.add_argument("--repeats", type=int, default=3, help="best-of: runs of each")
-    p.add_argument("--compare", default=None,
-                   help="interleaved: another task's env loop, in the same rounds")
-    a = p.parse_args()
+def run(a: Settings, cfg: TrainConfig) -> None:
     if a.compare and a.method != "interleaved":
-        p.error("--compare needs --method interleaved (both loops in the same rounds)")
+        raise SystemExit("--compare needs --method interleaved (both loops in the same rounds)")
     torch.set_num_threads(1)  # physics gets the cores; the torch work here is small
-    env = trot.make_env(a.task, num_envs=a.num_envs, seed=1)  # the env loop measured
+    env = trot.make_env(cfg.task, num_envs=cfg.num_envs, seed=1, config=cfg.env)  # measured
     substeps, nthread = env.sim.substeps, env.sim.nthread
     if a.method == "interleaved":
-        rates, ratios = interleaved(a, env)
+        rates, ratios = interleaved(a, cfg, env)
         q25, q75 = np.percentile(ratios, [25, 75])
         how = (f"interleaved: {len(ratios)} rounds of {a.chunk} control steps, median chunk "
                f"times; env/raw per round: median {np.median(ratios):.2f}, "
                f"quartiles {q25:.2f}-{q75:.2f}")
     else:
-        rates = best_of(a, env)
+        rates = best_of(a, cfg, env)
         how = f"best of {a.repeats} runs of {a.steps} control steps"
-    print(f"task={a.task} N={a.num_envs} substeps={substeps} threads={nthread} "
+    print(f"task={cfg.task} N={cfg.num_envs} substeps={substeps} threads={nthread} "
           f"cpus={os.cpu_count()} mujoco={mujoco.__version__} torch={torch.__version__}")
     print(how)
     print(f"{'measured':<28}{'physics steps/s':>18}{'vs raw':>9}")
@@ -127,10 +140,10 @@ def main() -> None:
         print(f"{name:<28}{rates[key]:>18,.0f}{rates[key] / rates['raw']:>9.2f}")
     if a.compare and a.method == "interleaved":
         q = rates["cost_q"]
-        print(f"env steps/s: {a.task} {rates['env_steps']:,.0f}, {a.compare} "
-              f"{rates['other']:,.0f}; cost per env step {a.task} / {a.compare}: median "
+        print(f"env steps/s: {cfg.task} {rates['env_steps']:,.0f}, {a.compare} "
+              f"{rates['other']:,.0f}; cost per env step {cfg.task} / {a.compare}: median "
               f"{rates['cost']:.2f} over the rounds, quartiles {q[0]:.2f}-{q[1]:.2f}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Settings, run, ("cartpole-balance",))

@@ -39,7 +39,7 @@ def check_model(c: Contract, model) -> None:
     default_joint_pos against the home keyframe, position servos' action_offset (a zero
     action holds the home pose) and the observation layout (contiguous slots; sensors that
     exist, with those sizes)."""
-    from trot.export.model_info import actuators
+    from trot.export.model_info import actuators  # mujoco: deferred, a robot that only acts
 
     _check_timing(c, model)  # the version: a Contract holds only the one read
     want = actuators(model)
@@ -76,7 +76,7 @@ def _check_home(c: Contract, model, actions: list) -> None:
     are it too."""
     import mujoco
 
-    from trot.export.model_info import default_joint_pos
+    from trot.export.model_info import default_joint_pos  # mujoco: deferred, as above
 
     key = c.home_keyframe
     if key is not None and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, key) < 0:

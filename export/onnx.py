@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from trot.export.checks import ContractError, check_model
 from trot.export.contract import STATE_NAMES, build_contract, sha256
 from trot.export.schema import Contract
 from trot.core.files import temp_prefix
@@ -168,7 +169,6 @@ def check_written_model(contract: Contract, xml: str, files: dict[str, bytes]) -
     be written: an export the robot side would refuse is never written."""
     import mujoco
 
-    from trot.export.checks import ContractError, check_model
 
     try:
         check_model(contract, mujoco.MjModel.from_xml_string(xml, assets=files))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trot.core.heightfield import height_maps
 from trot.export.checks import ContractError, check_model, robot_kind
 from trot.export.schema import Contract, ObservationSpec, ObservationTerm, RecurrentState
 
@@ -252,7 +253,6 @@ class ObservationBuilder:
     def height_maps(self):
         """The model's heightfields and ground plane, for a height scan (sim2sim)."""
         if self._maps is None:
-            from trot.core.heightfield import height_maps
 
             self._maps = height_maps(self._model)
         return self._maps

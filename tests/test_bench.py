@@ -44,10 +44,11 @@ def test_compare_ant_fails_loudly_when_a_stack_fails(tmp_path):
     """A stack that dies must fail the comparison with its last log lines, not leave a table
     with its row missing (issue 54: trot's run died at once and the table went on)."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_ant.py"
+    # 0 envs parses as a train flag and fails in trot's run itself
     p = subprocess.run([sys.executable, str(script), "--only", "trot", "--minutes", "0.05",
-                        "--out-dir", str(tmp_path), "--trot-args=--no-such-flag"],
+                        "--out-dir", str(tmp_path), "--", "gym-ant", "--num-envs", "0"],
                        capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "compare_ant: failed: trot; no table" in p.stderr
-    assert "no-such-flag" in p.stdout.split("== trot failed")[-1]
+    assert "num_envs must be a positive integer" in p.stdout.split("== trot failed")[-1]
     assert "| stack |" not in p.stdout

@@ -1,6 +1,7 @@
 """`.ci/readme.py`: the newcomer leg of CI reads the README's Quick-start commands and judges
-the test run's log. The bugs: a command missed or a comment run; a failed run or an
-unexpected skip passing as green."""
+the test run's log, and the full leg runs again only what the newcomer leg skipped. The
+bugs: a command missed or a comment run; a failed run or an unexpected skip passing as
+green; a skipped test that the full leg never runs."""
 
 from __future__ import annotations
 
@@ -40,3 +41,24 @@ def test_a_log_passes_only_with_no_failure_and_allowed_skips():
     assert ci.check(LOG.format(tail="=== 3 skipped in 0.2s ==="), allow) == ["no test passed"]
     assert ci.check("ModuleNotFoundError: No module named 'pytest'", allow) == [
         "no pytest closing line in the log"]
+
+
+def test_the_full_leg_reruns_exactly_the_skipped_tests(tmp_path):
+    """pytest's own JUnit report of a real run: the skipped tests' node ids, parametrized
+    ones whole, and none of those that passed or failed."""
+    import subprocess
+    import sys
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import pytest\n"
+        "def test_ok():\n    pass\n"
+        "@pytest.mark.parametrize('k', [1, 2])\n"
+        "def test_some(k):\n    if k == 2:\n        pytest.skip('no GL')\n"
+        "def test_gone():\n    pytest.skip('no mjx')\n")
+    junit = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={junit}", "tests"], cwd=tmp_path, capture_output=True,
+                   check=False, timeout=120)
+    assert ci.skipped(junit.read_text(), tmp_path) == [
+        "tests/test_x.py::test_some[2]", "tests/test_x.py::test_gone"]

@@ -5,13 +5,20 @@ runs are the benchmark, not a test."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import compare_locomotion as race  # noqa: E402
+from trot.benchmark import main
+from trot.cli_train import parse_train
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_locomotion.py"
+_spec = importlib.util.spec_from_file_location("compare_locomotion", SCRIPT)
+race = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = race  # its dataclasses look their module up while it loads
+_spec.loader.exec_module(race)
 
 
 def _write(path: Path, rows: list[tuple[float, float, float, float]]) -> None:
@@ -32,7 +39,14 @@ def _race(tmp_path: Path, rslrl_walks: list[bool]):
         rows = [(20.0, 15.0, 0.15, 0.05), (26.0, 19.5, 0.18, 0.01 if walks else 0.05),
                 (30.0, 22.5, 0.17, 0.05)]
         _write(tmp_path / f"rslrl_seed{seed}.csv", rows if walks else rows[:1] + rows[2:])
-    return race.parse_args(["--out-dir", str(tmp_path), "--minutes", "30", "--table"])
+    return (race.Settings(out_dir=str(tmp_path), minutes=30.0, table=True),
+            parse_train(list(race.TRAIN)))
+
+
+def _table(tmp_path: Path) -> int:
+    """The benchmark's own command line, as `--table` reads the CSVs."""
+    return main(race.Settings, race.run, race.TRAIN,
+                argv=["--out-dir", str(tmp_path), "--minutes", "30", "--table"])
 
 
 def test_table_takes_the_first_walking_evaluation_and_ranks_misses_last(tmp_path, capsys):
@@ -40,22 +54,22 @@ def test_table_takes_the_first_walking_evaluation_and_ranks_misses_last(tmp_path
     too often). The bugs: time read from the last row rather than the first that walked,
     a threshold taken as strict (trot's 0.02 falls walks), and a seed that never walked
     dropped from the median instead of ranked slowest."""
-    a = _race(tmp_path, [True, False, True])
-    assert race.main(["--out-dir", str(tmp_path), "--minutes", "30", "--table"]) == 0
+    s, cfg = _race(tmp_path, [True, False, True])
+    assert _table(tmp_path) == 0
     out = capsys.readouterr().out
     rows = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines()[2:4]}
     assert rows["trot"] == ["3", "5.0", "(4.0..6.0)", "5.0", "(4.1..6.2)", "17,083"]
     assert rows["rslrl"][:5] == ["3", "26.0", "(26.0..not", "reached)", "19.5"]
     assert "rsl_rl / trot: 5.20" in out
-    s = race.summary(a, "rslrl")
-    assert s["msteps"][0] == 19.5 and s["rate"] == pytest.approx(22.5e6 / 1800)
+    got = race.summary(s, cfg, "rslrl")
+    assert got["msteps"][0] == 19.5 and got["rate"] == pytest.approx(22.5e6 / 1800)
 
 
 def test_a_median_past_the_cap_is_a_lower_bound(tmp_path, capsys):
     """Two of three rsl_rl seeds miss the 30-minute cap: the ratio is '> cap / trot's
     median', not a number computed from the one seed that walked."""
     _race(tmp_path, [True, False, False])
-    race.main(["--out-dir", str(tmp_path), "--minutes", "30", "--table"])
+    _table(tmp_path)
     assert "rsl_rl / trot: > 6.00 (rsl_rl did not walk within the cap)" in \
         capsys.readouterr().out
 
@@ -63,11 +77,11 @@ def test_a_median_past_the_cap_is_a_lower_bound(tmp_path, capsys):
 def test_resume_skips_runs_that_walked_or_reached_the_cap(tmp_path):
     """--resume re-runs only unfinished runs: one that walked, or whose last evaluation is
     at the cap, is done; one stopped mid-way is not."""
-    a = _race(tmp_path, [True, False, True])
-    assert race.finished(a, race.read_rows(tmp_path / "rslrl_seed1.csv"))  # at the cap
+    s, _ = _race(tmp_path, [True, False, True])
+    assert race.finished(s, race.read_rows(tmp_path / "rslrl_seed1.csv"))  # at the cap
     _write(tmp_path / "cut.csv", [(20.0, 15.0, 0.15, 0.05)])
-    assert not race.finished(a, race.read_rows(tmp_path / "cut.csv"))
-    assert not race.finished(a, [])
+    assert not race.finished(s, race.read_rows(tmp_path / "cut.csv"))
+    assert not race.finished(s, [])
 
 
 def test_rslrl_leg_runs_evaluates_and_resumes(tmp_path):
@@ -81,10 +95,10 @@ def test_rslrl_leg_runs_evaluates_and_resumes(tmp_path):
     import subprocess
 
     def leg(minutes: float, *extra: str) -> None:
-        cmd = [sys.executable, race.__file__, "--leg", "rslrl", "--seed", "0", "--task",
-               "go1-flat", "--minutes", str(minutes), "--eval-every-min", "0.05",
-               "--episodes", "4", "--num-envs", "16", "--out-dir", str(tmp_path),
-               "--run-dir", str(tmp_path / "runs"), *extra]
+        cmd = [sys.executable, str(SCRIPT), "--leg", "rslrl", "--minutes", str(minutes),
+               "--eval-every-min", "0.05", "--episodes", "4", "--out-dir", str(tmp_path),
+               *extra, "--", "go1-flat", "--seed", "0", "--num-envs", "16", "--run-dir",
+               str(tmp_path / "runs")]
         subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
     leg(0.1)

@@ -71,12 +71,12 @@ def test_the_reach_grows_with_the_action_scale_and_the_joint_filter_narrows_it()
 
 
 def test_the_command_line_prints_the_reach_of_its_overrides():
-    """The journal's command form (`--env`, `--only`) through the script's own main: catches
-    flags parsed but not passed on."""
+    """The journal's command form (`--only`, then the task's `--env.*` after `--`) through
+    the script's own main: catches flags parsed but not passed on."""
     import re
     import subprocess
-    out = subprocess.run([sys.executable, str(_path), "--task", "go1-flat", "--only", "thigh",
-                          "calf", "--env", "action_scale=0.25", "--points", "3"],
+    out = subprocess.run([sys.executable, str(_path), "--only", "thigh", "calf", "--points",
+                          "3", "--", "go1-flat", "--env.action-scale", "0.25"],
                          capture_output=True, text=True, check=True).stdout
     want = bench.foot_reach("go1-flat", {"action_scale": 0.25}, 3, ("thigh", "calf"))
     got = [float(x) for x in re.findall(r"reach ([\d.]+) cm", out)]

@@ -10,9 +10,8 @@ floats).
 
 from __future__ import annotations
 
-import argparse
 import csv
-import importlib
+import importlib.util
 import json
 import math
 import subprocess
@@ -22,18 +21,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "locomotion_cpu.py"
 # what is checked here is the bookkeeping around training and evaluation, so: 2-s episodes
 # (each evaluation plays one whole episode per env; 20 s registered: 1000 steps) and no
 # export (seconds per seed)
-ARGS = ["--task", "go1-flat", "--num-envs", "8", "--episodes", "2", "--budget-min", "0.04",
-        "--eval-every-min", "0.02", "--agent", "rollout_steps=4", "minibatches=2",
-        "--env", "episode_seconds=2", "--train", "export=False"]
+BENCH = ["--episodes", "2", "--budget-min", "0.04", "--eval-every-min", "0.02"]
+TRAIN = ["go1-flat", "--num-envs", "8", "--agent.rollout-steps", "4",
+         "--agent.minibatches", "2", "--env.episode-seconds", "2", "--no-export"]
+
+
+def _cmd(tmp_path: Path, extra: tuple[str, ...], run: str = "run", out: str = "curve.csv"
+         ) -> list[str]:
+    return [sys.executable, str(SCRIPT), *BENCH, "--out", str(tmp_path / out), *extra, "--",
+            *TRAIN, "--run-dir", str(tmp_path / run)]
 
 
 def _run(tmp_path: Path, *extra: str) -> str:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"), *ARGS,
-           "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "curve.csv"), *extra]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(_cmd(tmp_path, extra), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -87,12 +92,10 @@ def test_seeds_are_separate_runs_summarized_and_resumable(tmp_path):
                  "episode_seconds=0.5").splitlines()
     header = next(i for i, x in enumerate(lines) if x.split()[:1] == ["train_s"])
     assert float(lines[header + 1].split()[6]) <= 0.5
-    for stacked in ([], ["--seeds", "0", "1", "--stacked"]):  # checked before either kind
-        bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "locomotion_cpu.py"),
-                              *ARGS, "--run-dir", str(tmp_path / "fresh"), "--out",
-                              str(tmp_path / "fresh.csv"), "--eval-env", "push_every=3",
-                              *stacked], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=600)
+    for stacked in ((), ("--seeds", "0", "1", "--stacked")):  # checked before either kind
+        bad = subprocess.run(_cmd(tmp_path, ("--eval-env", "push_every=3", *stacked),
+                                  "fresh", "fresh.csv"), cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600)
         assert bad.returncode != 0 and "--eval-env" in bad.stderr
         assert "push_every" in bad.stderr
         assert not list(tmp_path.glob("fresh*"))  # no run directory, no CSV
@@ -118,9 +121,13 @@ def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
 
 @pytest.fixture
 def bench(monkeypatch):
-    """benchmarks/locomotion_cpu.py as a module, its folder on sys.path for this test only."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    return importlib.import_module("locomotion_cpu")
+    """benchmarks/locomotion_cpu.py as a module, loaded from its file (no sys.path edit;
+    in sys.modules while it loads, where its dataclasses look themselves up)."""
+    spec = importlib.util.spec_from_file_location("locomotion_cpu", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_goals_hold_on_every_matching_column_and_name_what_missed(bench):
@@ -129,38 +136,50 @@ def test_goals_hold_on_every_matching_column_and_name_what_missed(bench):
     terrain share and every course tile count for rough, and walk follows --max-error and
     --max-falls. The bugs: only the first foot or tile checked, NaN comparisons read as
     held, the walk thresholds fixed at their defaults."""
+    from trot.benchmark import missed
 
-    a = argparse.Namespace(goals=["walk", "gait"], max_error=0.25, max_falls=0.05)
+    s = bench.Settings(goals=("walk", "gait"), max_error=0.25, max_falls=0.05)
     good = {"lin_vel_error": 0.2, "fall_rate": 0.04, "gait_duty_left_foot": 0.6,
             "gait_duty_right_foot": 0.6, "gait_flight": 0.01, "gait_swing_height": 0.06,
             "gait_phase_offset": 0.52, "gait_stance_slip": 0.02}
-    assert bench.missed(a, good) == [] and bench._met(a, good)
+    assert missed(bench.goals(s), good) == []
     limp = good | {"gait_duty_right_foot": 0.75, "gait_swing_height": math.nan}
-    assert [m.split()[0] for m in bench.missed(a, limp)] == [
+    assert [m.split()[0] for m in missed(bench.goals(s), limp)] == [
         "gait_duty_right_foot", "gait_swing_height"]
-    assert "(0.3..0.7)" in bench.missed(a, limp)[0]
-    assert bench.missed(a, {k: v for k, v in good.items() if k != "gait_flight"}) == [
+    assert "(0.3..0.7)" in missed(bench.goals(s), limp)[0]
+    assert missed(bench.goals(s), {k: v for k, v in good.items() if k != "gait_flight"}) == [
         "gait_flight None (<= 0.05)"]
-    assert not bench._met(argparse.Namespace(goals=["walk"], max_error=0.1, max_falls=0.05),
-                          good)
-    rough = argparse.Namespace(goals=["rough"], max_error=0.0, max_falls=0.0)
+    assert missed(bench.goals(bench.Settings(max_error=0.1, max_falls=0.05)), good)
+    rough = bench.goals(bench.Settings(goals=("rough",), max_error=0.0, max_falls=0.0))
     course = {"terrain_share": 0.52, "crossed_slope_up": 1.0, "crossed_stairs_up": 0.81}
-    assert bench._met(rough, course | {"lin_vel_error": 9.0})  # walk is not asked for
-    assert bench.missed(rough, course | {"crossed_stairs_up": 0.5}) == [
+    assert not missed(rough, course | {"lin_vel_error": 9.0})  # walk is not asked for
+    assert missed(rough, course | {"crossed_stairs_up": 0.5}) == [
         "crossed_stairs_up 0.5 (>= 0.8)"]
-    assert not bench._met(rough, course | {"terrain_share": 0.49})
+    assert missed(rough, course | {"terrain_share": 0.49})
 
 
-def test_rows_read_back_are_rewritten_unchanged(tmp_path, bench):
-    """--resume reads the CSV and rewrites it with the new rows: the old rows must come out
-    as they went in (env steps were once rewritten as 5652480.0)."""
-    text = ("train_s,env_steps,lin_vel_error,terrain_level\r\n"
-            "602.1202623749996,5652480,0.2948646545410156,\r\n"
-            "1202.25,11354112,1e-05,-3\r\n")
-    src, again = tmp_path / "in.csv", tmp_path / "out.csv"
-    src.write_bytes(text.encode())
-    rows = bench._read_csv(src)
-    assert rows[1]["env_steps"] == 11354112 and math.isnan(rows[0]["terrain_level"])
-    bench._write_csv(again, rows)
-    assert again.read_bytes() == text.encode()
+def test_timed_rows_resume_from_the_checkpoint_unchanged(tmp_path):
+    """trot/benchmark.py's Timed, the evaluation every benchmark's run shares: rows past
+    the checkpoint a resumed run starts from are dropped (a crash between a row and its
+    checkpoint), the earlier ones kept byte for byte with ints still ints (env steps were
+    once rewritten as 5652480.0), and the next evaluation falls due on the same clock."""
+    from trot.agents.checkpoint import Counters
+    from trot.benchmark import Timed
 
+    path = tmp_path / "rows.csv"
+    measured = iter([{"lin_vel_error": 0.2948646545410156}, {"lin_vel_error": 1e-5},
+                     {"lin_vel_error": 0.5}])
+    timed = Timed(path, Counters(), 1.0, lambda learner: next(measured), show=lambda r: None)
+    for it, (steps, wall) in enumerate([(5652480, 60.5), (11354112, 121.0)], 1):
+        at = Counters(it, steps, wall)
+        assert timed.due(None, {"episode_return": -3.0}, at)
+        timed(None, at)
+    assert not timed.due(None, {}, Counters(3, 1, 130.0))
+    before = path.read_bytes()
+    again = Timed(path, Counters(2, 11354112, 121.0), 1.0, lambda learner: next(measured))
+    assert path.read_bytes() == before and again.rows[1]["env_steps"] == 11354112
+    assert not again.due(None, {}, Counters(3, 1, 179.0)) and \
+        again.due(None, {}, Counters(3, 1, 180.0))
+    back = Timed(path, Counters(1, 5652480, 60.5), 1.0, lambda learner: {})
+    assert [r["iteration"] for r in back.rows] == [1] and back.rows[0]["train_return"] == -3.0
+    assert path.read_text().count("\n") == 2  # the header and the row it resumes from

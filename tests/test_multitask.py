@@ -216,11 +216,14 @@ def test_the_multitask_benchmark_writes_resumes_and_summarizes(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "multitask_cartpole.py"
     out = tmp_path / "mt.csv"
-    cmd = [sys.executable, str(script), "--seeds", "0", "--num-envs", "16",
-           "--max-env-steps", str(2 * 16 * PPOConfig().rollout_steps), "--eval-every", "1", "--out", str(out)]
+    cmd = [sys.executable, str(script), "--seeds", "0", "--eval-every", "1", "--out", str(out)]
+    train = ["--", "cartpole-balance", "cartpole-swingup-x100", "--num-envs", "16",
+             "--max-env-steps", str(2 * 16 * PPOConfig().rollout_steps), "--run-dir",
+             str(tmp_path / "runs")]
 
     def run(*extra: str) -> str:
-        done = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(cmd + list(extra) + train, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return done.stdout
 
@@ -248,12 +251,14 @@ def test_the_two_robot_benchmark_evaluates_each_robot_and_resumes(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "multitask_legged.py"
     out = tmp_path / "go.csv"
-    cmd = [sys.executable, str(script), "--num-envs", "8", "--episodes", "2",
-           "--eval-episode-s", "0.5", "--eval-every-min", "0.001", "--run-dir",
-           str(tmp_path / "run"), "--out", str(out)]
+    cmd = [sys.executable, str(script), "--episodes", "2", "--eval-episode-s", "0.5",
+           "--eval-every-min", "0.001", "--out", str(out)]
+    train = ["--", "go1-flat", "go2-flat-clocked", "--num-envs", "8", "--run-dir",
+             str(tmp_path / "run")]
 
     def run(*extra: str) -> list[dict]:
-        done = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(cmd + list(extra) + train, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return list(csv.DictReader(open(out)))
 

@@ -239,8 +239,8 @@ def test_seeds_throughput_benchmark_reports_the_median_of_its_rounds():
 
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "seeds_throughput.py"),
-                           "--task", "cartpole-balance", "--seeds", "0", "1", "--num-envs",
-                           "8", "--iterations", "1", "--warmup", "1", "--rounds", "3"],
+                           "--iterations", "1", "--warmup", "1", "--rounds", "3", "--",
+                           "cartpole-balance", "--seeds", "0", "1", "--num-envs", "8"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rounds = re.findall(r"stacked ([\d,]+) env-steps/s, one after another ([\d,]+) "

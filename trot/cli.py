@@ -3,227 +3,29 @@ The commands are listed in trot/cli_args.py's USAGE."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import importlib
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
-import tyro
+from trot.cli_args import USAGE, fail, pop_tasks
 
-from trot.cli_args import USAGE, fail, parse_positional, pop_tasks
-
-
-@dataclass(frozen=True)
-class SimBenchArgs:
-    num_envs: int = 1024
-    """parallel envs"""
-    steps: int = 200
-    """control steps per measurement"""
-
-
-@dataclass(frozen=True)
-class EvalArgs:
-    episodes: int = 32
-    """episodes, one per env, deterministic policy"""
-    json: bool = False
-    """print one JSON object instead of a table"""
-    seed: int = 12345
-    """seed for start states and commands"""
-    sim: str | None = None
-    """physics backend: cpu or mjx (default: the run's own; cpu evaluates an mjx run
-    without JAX)"""
-    course: bool = False
-    """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
+COMMANDS = {
+    "list": "trot.cli_run:cmd_list", "sim-bench": "trot.cli_run:cmd_sim_bench",
+    "train": "trot.cli_train:train", "eval": "trot.cli_run:cmd_eval",
+    "export": "trot.cli_run:cmd_export", "sim2sim": "trot.cli_run:cmd_sim2sim",
+    "play": "trot.play:main", "view": "trot.viewer:main", "compare": "trot.compare:main",
+    "rl-games": "trot.rlgames:main", "rsl-rl": "trot.rslrl:main",
+    "distill": "trot.cli_train:distill",
+}
+"""Each command's function, as MODULE:NAME: imported when the command runs, so that `trot`,
+`trot --help` and an unknown command answer without importing torch (seconds), and a
+command imports only what it uses (play's GL, the viewer's viser, the adapters' rl_games
+and rsl_rl are optional extras)."""
 
 
-
-
-
-
-def cmd_list(args: list[str]) -> int:
-    from trot.tasks.registry import get_task, task_names
-
-    if args:
-        usage = "usage: trot list [--tasks FILE.py]: the registered tasks and where they live"
-        if args[0] in ("-h", "--help"):
-            print(usage)
-            return 0
-        return fail(f"trot list takes no arguments, got {' '.join(args)}; {usage}")
-
-    for name in task_names():
-        entry = get_task(name)
-        where = "" if entry.source.kind == "trot" else f"  [{entry.source.describe()}]"
-        print(f"{name:<24} {entry.description}{where}")
-    return 0
-
-
-def cmd_sim_bench(args: list[str]) -> int:
-    import torch
-
-    import trot
-    from trot.bench import env_loop, sim_only
-
-    task, a = parse_positional(SimBenchArgs, args, "trot sim-bench TASK")
-    torch.set_num_threads(1)  # the cores belong to MuJoCo's threads
-    env = trot.make_env(task, num_envs=a.num_envs)
-    sim, loop = sim_only(env, a.steps), env_loop(env, a.steps)
-    print(f"{task}: N={a.num_envs}, substeps={env.sim.substeps}, "
-          f"threads={getattr(env.sim, 'nthread', '-')}")
-    print(f"  physics only : {sim:>12,.0f} physics steps/s")
-    print(f"  env loop     : {loop:>12,.0f} physics steps/s "
-          f"({loop / env.sim.substeps:,.0f} env steps/s)")
-    return 0
-
-
-
-
-def cmd_eval(args: list[str]) -> int:
-    from trot.agents.checkpoint import CheckpointError
-    from trot.agents.evaluate import evaluate
-    from trot.agents.runs import each_task
-
-    run_dir, a = parse_positional(EvalArgs, args, "trot eval RUN_DIR")
-    try:
-        out = {name: evaluate(d, a.episodes, a.seed, sim=a.sim, course=a.course)
-               for name, d in each_task(Path(run_dir))}
-    except (ValueError, CheckpointError) as e:
-        return fail(str(e))
-    _print_results(out, a.json)
-    return 0
-
-
-@dataclass(frozen=True)
-class ExportArgs:
-    out: str | None = None
-    """directory for policy.onnx, policy.json and model.xml (default: the run directory)"""
-
-
-@dataclass(frozen=True)
-class Sim2SimArgs:
-    episodes: int = 10
-    """episodes in one plain MuJoCo simulation, played one after another"""
-    json: bool = False
-    """print one JSON object (same keys as `trot eval --json`)"""
-    seed: int = 12345
-    """seed for start states and commands"""
-    trajectory: str | None = None
-    """write qpos, qvel and actions per step to this .npz"""
-    course: bool = False
-    """on the task's fixed terrain course (rough-terrain tasks): success per sub-terrain"""
-
-
-def cmd_export(args: list[str]) -> int:
-    from trot.export.onnx import ExportError, export_run
-    from trot.agents.runs import each_task
-
-    run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
-    out = None if a.out is None else Path(a.out)
-    try:
-        if (Path(run_dir) / "rslrl.json").is_file():  # a `trot rsl-rl` run
-            from trot.rslrl import export
-
-            export(Path(run_dir), out)
-            return 0
-        for name, d in each_task(Path(run_dir)):  # several tasks: one contract each
-            export_run(d, out if out is None or name is None else out / d.name)
-    except (ExportError, ValueError) as e:
-        return fail(str(e))
-    return 0
-
-
-def cmd_sim2sim(args: list[str]) -> int:
-    from trot.export.sim2sim import run_sim2sim
-    from trot.agents.runs import each_task
-
-    run_dir, a = parse_positional(Sim2SimArgs, args, "trot sim2sim RUN_DIR")
-    traj = None if a.trajectory is None else Path(a.trajectory)
-    runs = each_task(Path(run_dir))
-    try:
-        out = {name: run_sim2sim(d, a.episodes, a.seed, None if traj is None or name is None
-                                 else traj.with_name(f"{traj.stem}_{name}{traj.suffix}"),
-                                 a.course) for name, d in runs}
-    except ValueError as e:
-        return fail(str(e))
-    _print_results(out, a.json)
-    return 0
-
-
-def _print_results(out: dict[str | None, dict], as_json: bool) -> None:
-    """One run's result (key None) as it is; several tasks' under their names."""
-    if list(out) == [None]:
-        return _print_result(out[None], as_json)
-    if as_json:
-        print(json.dumps(out, sort_keys=True))
-        return
-    for name, result in out.items():
-        print(f"task {name}")
-        _print_result(result, False)
-
-
-def _print_result(out: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(out, sort_keys=True))
-    else:
-        for k, v in out.items():
-            shown = v if v is None else int(v) if float(v).is_integer() else f"{v:.4g}"
-            print(f"{k:<28} {shown}")  # counts whole (env steps), measurements to 4 digits
-
-
-def cmd_train(args: list[str]) -> int:
-    """`trot train TASK ...` and `trot train --resume RUN_DIR`: see trot/cli_train.py."""
-    from trot.cli_train import train
-
-    return train(args)
-
-
-def cmd_distill(args: list[str]) -> int:
-    """`trot distill TEACHER_RUN STUDENT_TASK ...`: see trot/cli_train.py."""
-    from trot.cli_train import distill
-
-    return distill(args)
-
-
-def cmd_play(args: list[str]) -> int:
-    """`trot play RUN_DIR [--video OUT.mp4] [--gif OUT.gif]`: see trot/play.py."""
-    from trot.play import main as play_main  # chooses the GL backend when it renders
-
-    return play_main(args)
-
-
-def cmd_view(args: list[str]) -> int:
-    """`trot view RUN_DIR|TASK [--onnx] [--speed X]`: see trot/viewer.py."""
-    from trot.viewer import main as view_main  # imports viser (the `viewer` extra)
-
-    return view_main(args)
-
-
-def cmd_compare(args: list[str]) -> int:
-    """`trot compare RUN_DIR... [--out curves.png] [--group NAME=A,B]`: see trot/compare.py."""
-    from trot.compare import main as compare_main
-
-    return compare_main(args)
-
-
-def cmd_rl_games(args: list[str]) -> int:
-    """`trot rl-games TASK [--num-envs N] [--max-epochs E]`: see trot/rlgames.py."""
-    from trot.rlgames import main as rl_games_main
-
-    return rl_games_main(args)
-
-
-def cmd_rsl_rl(args: list[str]) -> int:
-    """`trot rsl-rl TASK [--num-envs N] [--max-iterations K]`: see trot/rslrl.py."""
-    from trot.rslrl import main as rsl_rl_main
-
-    return rsl_rl_main(args)
-
-
-COMMANDS = {"list": cmd_list, "sim-bench": cmd_sim_bench, "train": cmd_train,
-            "eval": cmd_eval, "export": cmd_export, "sim2sim": cmd_sim2sim,
-            "play": cmd_play, "view": cmd_view, "compare": cmd_compare, "rl-games": cmd_rl_games,
-            "rsl-rl": cmd_rsl_rl, "distill": cmd_distill}
+def command(name: str) -> Callable[[list[str]], int]:
+    module, _, fn = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,20 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         print("commands: " + ", ".join(COMMANDS))
         return 0 if argv else 2
-    cmd = COMMANDS.get(argv[0])
-    if cmd is None:
+    if argv[0] not in COMMANDS:
         return fail(f"unknown command {argv[0]!r}; accepted: {', '.join(COMMANDS)}")
-    from trot.agents.checkpoint import CheckpointError
-
     try:
         specs, args = pop_tasks(argv[1:])
-        if specs:
-            from trot.tasks.sources import load_tasks
-
-            for spec in specs:  # before any task name is looked up or tyro builds flags
-                load_tasks(spec)
-        return cmd(args)
-    except (ValueError, OSError, CheckpointError) as e:  # a message, not a traceback
+        for spec in specs:  # before any task name is looked up or tyro builds flags
+            importlib.import_module("trot.tasks.sources").load_tasks(spec)  # as COMMANDS
+        return command(argv[0])(args)
+    except (ValueError, OSError) as e:  # a message, not a traceback (CheckpointError too)
         return fail(str(e))
 
 

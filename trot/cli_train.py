@@ -45,6 +45,7 @@ from trot.agents.runs import run_config
 from trot.agents.train_config import (A3C, MODES, Actors, Distill, Seeds, Sync, Tasks,
                                       TrainConfig, describe)
 from trot.cli_args import USAGE, fail
+from trot.export.onnx import ExportError, export_run
 from trot.tasks.registry import get_task
 
 
@@ -331,8 +332,6 @@ def _act(cfg: TrainConfig, world) -> int:
 
 def _export_after_training(run_dir: Path) -> None:
     """Export, or say why not: the run is complete either way (its checkpoint is written)."""
-    from trot.export.onnx import ExportError, export_run  # onnx: an optional extra
-
     try:
         export_run(run_dir)
     except ExportError as e:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from trot.tasks.sources import loaded_specs
+
 
 def launch_torchrun(nproc: int, args: list[str]) -> int:
     """`trot train ... --nproc K` on one machine: torchrun starts K copies of this command.
@@ -117,6 +119,5 @@ def _last_lines(log_dir: Path, local_rank: int, stream: str, n: int) -> list[str
 
 def _tasks_flags() -> list[str]:
     """--tasks for each user source this process loaded (for child processes)."""
-    from trot.tasks.sources import loaded_specs
 
     return [a for spec in loaded_specs() for a in ("--tasks", spec)]

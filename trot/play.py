@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
+from trot.cli_args import parse_positional
 from trot.agents.networks import Acting
 from trot.core.files import atomic_write
 from trot.agents.runs import load_run
@@ -329,7 +330,6 @@ def play(run_dir: Path, a: PlayArgs) -> dict[str, object]:
 
 
 def main(args: list[str]) -> int:
-    from trot.cli_args import parse_positional
 
     run_dir, a = parse_positional(PlayArgs, args, "trot play RUN_DIR")
     try:

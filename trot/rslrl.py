@@ -40,6 +40,8 @@ from trot.agents.config import PPOConfig, tuned
 from trot.tasks.base import Observation
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task, is_registered, make_env
+from trot.export.onnx import DeployedPolicy, export_policy, require_export_deps
+from trot.tasks.sources import load_recorded
 
 try:
     from rsl_rl.env import VecEnv
@@ -276,7 +278,6 @@ def load_policy(run_dir: Path, num_envs: int = 64) -> tuple[Env, nn.Module, Any,
     env steps the checkpoint trained on."""
     from rsl_rl.runners import OnPolicyRunner
 
-    from trot.tasks.sources import load_recorded
 
     run_dir = Path(run_dir)
     if not (run_dir / SETTINGS).is_file():
@@ -300,7 +301,6 @@ def load_policy(run_dir: Path, num_envs: int = 64) -> tuple[Env, nn.Module, Any,
 def export(run_dir: Path, out: Path | None = None, quiet: bool = False):
     """`trot export` of an rsl_rl run: its actor and normalizer into trot's contract
     (policy.onnx, policy.json, model.xml), checked as any trot export is."""
-    from trot.export.onnx import DeployedPolicy, export_policy, require_export_deps
 
     require_export_deps()
     env, actor, config, steps = load_policy(run_dir)

@@ -18,7 +18,12 @@ import mujoco
 import numpy as np
 import torch
 
+from trot.agents.networks import Acting
+from trot.agents.runs import course_changes, load_run, run_config
+from trot.export.schema import Contract
+from trot.export.sim2sim import PlainRunner
 from trot.tasks.base import Task
+from trot.tasks.registry import get_task, make_env
 from trot.tasks.terms.events import Push
 
 WATCHING = {"push": False, "randomize": False, "obs_noise": False, "heading_command": False,
@@ -178,8 +183,6 @@ class EnvDriver(Driver):
 def _exported_changes(export_dir: Path) -> dict:
     """The WATCHING changes for the task config an export records (none where there is no
     readable policy.json: the runner then says what is missing)."""
-    from trot.export.schema import Contract
-
     try:  # ContractError is a ValueError
         fields = Contract.from_json(
             json.loads((Path(export_dir) / "policy.json").read_text())).task_config
@@ -194,8 +197,6 @@ class OnnxDriver(Driver):
 
     def __init__(self, export_dir: Path, seed: int, course: bool = False):
         super().__init__(seed)
-        from trot.export.sim2sim import PlainRunner
-
         self.runner = r = PlainRunner(export_dir, _exported_changes(export_dir), course)
         self.task, self.sim, self.name = r.task, r.sim, r.policy.contract.task
         self.model, self.data = r.model, r.data
@@ -228,10 +229,6 @@ class OnnxDriver(Driver):
 def run_driver(run_dir: Path, seed: int, course: bool = False) -> EnvDriver:
     """A run's checkpoint acting deterministically (torch), on the cpu sim whatever the
     run trained on."""
-    from trot.agents.networks import Acting
-    from trot.agents.runs import load_run, run_config
-    from trot.tasks.registry import get_task
-
     if not (Path(run_dir) / "config.json").is_file() and \
             (Path(run_dir) / "policy.onnx").is_file():
         raise ValueError(f"{run_dir} is an export (policy.onnx, no config.json), not a run: "
@@ -245,9 +242,6 @@ def run_driver(run_dir: Path, seed: int, course: bool = False) -> EnvDriver:
 
 def task_driver(task: str, actions: str, seed: int, course: bool = False) -> EnvDriver:
     """A registered task under zero or uniform random actions in [-1, 1]."""
-    from trot.agents.runs import course_changes
-    from trot.tasks.registry import get_task, make_env
-
     if actions not in ACTIONS:
         raise ValueError(f"--actions must be one of {', '.join(ACTIONS)}, got {actions!r}")
     config = get_task(task).config

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trot.cli_args import parse_positional
 from trot.view_scene import SceneView, root_body
 from trot.view_sim import Driver, OnnxDriver, Readout, run_driver, task_driver
 
@@ -259,7 +260,6 @@ class Viewer:
 
 
 def main(args: list[str]) -> int:
-    from trot.cli_args import parse_positional
 
     source, a = parse_positional(ViewArgs, args, "trot view RUN_DIR|TASK")
     try:

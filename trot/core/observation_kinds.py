@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from trot.core import heightfield as hf
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -254,8 +256,6 @@ def _named(name: str) -> Kind:
 
 
 def _scan_points(grid) -> np.ndarray:
-    from trot.core import heightfield as hf
-
     return hf.scan_offsets(grid)
 
 
@@ -264,8 +264,6 @@ def _scan_source(env, t):
     sim's device. A term with an `episode_offset` (a perceived scan) also gets the task's
     per-episode `scan_bias` [N] while noise is on; terms without one share one scan."""
     import torch
-
-    from trot.core import heightfield as hf
 
     qpos = env.sim.qpos
     maps, plane = hf.height_maps(env.sim.model, qpos.new_tensor)
@@ -313,8 +311,6 @@ class _ChangedRows:
 
 def _robot_scan(builder, src: dict, data) -> np.ndarray:
     """sim2sim: the scan from the exported terrain; on a robot, its own perception's."""
-    from trot.core import heightfield as hf
-
     maps, plane = builder.height_maps()
     s = src["start"]
     q = np.asarray(data.qpos)[None]
@@ -323,16 +319,12 @@ def _robot_scan(builder, src: dict, data) -> np.ndarray:
 
 
 def _scan_json(t) -> dict:
-    from trot.core import heightfield as hf
-
     return {"grid": list(t.grid), "start": t.start, "frame": "yaw-aligned base",
             "points": hf.scan_offsets(t.grid).tolist(), "order": "x-major",
             "value": "base z - surface z (m)"} | ({"clip": list(t.clip)} if t.clip else {})
 
 
 def _mirror_scan(t, size: int, ctx: MirrorContext) -> Perm:
-    from trot.core import heightfield as hf
-
     return hf.mirror_permutation(t.grid), [1.0] * size
 
 

@@ -38,13 +38,11 @@ from pathlib import Path
 from typing import Literal
 
 from trot.agents.train_config import TrainConfig
-from trot.benchmark import given_train_args, main
+from trot.benchmark import fmt_time, given_train_args, main, read_rows, return_at
 
 HERE = Path(__file__).resolve().parent
 STACKS = ("trot", "sb3", "rlgames")
 CSV_NAME = {"trot": "trot/metrics.csv", "sb3": "sb3.csv", "rlgames": "rlgames.csv"}
-RETURN_COL = {"trot": "episode_return", "sb3": "mean_return", "rlgames": "mean_return"}
-WINDOW_S = 10.0
 THRESHOLDS = (1000.0, 2000.0)
 TRAIN = ("gym-ant", "--num-envs", "64")
 OBSERVATION = {"gym-ant": "27", "gym-ant-cfrc": "105"}  # the peers match the task's
@@ -106,28 +104,6 @@ def tail(log: Path, n: int = 20) -> str:
     return "\n".join(f"   {ln}" for ln in lines[-n:])
 
 
-def read_rows(path: Path, name: str) -> list[tuple[float, float, float | None, float]]:
-    """(wall_s, env_steps, return or None, episodes) per logged row."""
-    rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            ret = r.get(RETURN_COL[name]) or ""
-            eps = float(r.get("episodes") or 0.0)
-            rows.append((float(r["wall_s"]), float(r["env_steps"]),
-                         float(ret) if ret.strip() else None, eps if ret.strip() else 0.0))
-    return rows
-
-
-def return_at(rows, t: float) -> float | None:
-    """Episode-weighted mean return of the rows in (t - WINDOW_S, t]; else the last before t."""
-    win = [(ret, eps) for w, _, ret, eps in rows if t - WINDOW_S < w <= t and ret is not None]
-    n = sum(max(eps, 1.0) for _, eps in win)
-    if win:
-        return sum(ret * max(eps, 1.0) for ret, eps in win) / n
-    before = [ret for w, _, ret, _ in rows if w <= t and ret is not None]
-    return before[-1] if before else None
-
-
 def summarize(rows, minutes: float) -> dict:
     marks = (minutes / 4, minutes / 2, minutes)
     wall, steps = rows[-1][0], rows[-1][1]
@@ -143,10 +119,6 @@ def summarize(rows, minutes: float) -> dict:
 
 def fmt_ret(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
-
-
-def fmt_time(t: float | None) -> str:
-    return "not reached" if t is None else f"{int(t // 60)}m{int(t % 60):02d}s"
 
 
 def fmt_min(m: float) -> str:

@@ -95,7 +95,8 @@ class PerRobot:
     def __init__(self, s: Settings, tasks: int, at: Counters):
         self.s, self.tasks = s, tasks
         self.results = Results(Path(s.out), s.resume)
-        self.results.rows = [r for r in self.results.rows if r["iteration"] <= at.iteration]
+        self.results.rows = [r for r in self.results.rows  # rows from before the
+                             if r.get("iteration", 0) <= at.iteration]  # column: kept
         self.rows = self.results.rows
         self.every_s = 60 * s.eval_every_min
         self.next_s = (math.floor(at.wall_s / self.every_s) + 1) * self.every_s

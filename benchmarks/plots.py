@@ -14,7 +14,7 @@ Several CSVs in one curve are seeds of one configuration. Their evaluations fall
 different env steps, so each seed is interpolated linearly onto the union of the seeds'
 env steps, within the range every seed reached (no extrapolation); the curve is the median
 over seeds and the band runs from the lowest seed to the highest. A curve of one CSV is
-drawn as logged. The peers' Ant-v5 curves use benchmarks/compare_ant.py's reading of its
+drawn as logged. The peers' Ant-v5 curves use trot/benchmark.py's reading of its
 CSVs: the episode-weighted mean return of the 10 s up to each logged row, the quantity its
 table reports.
 """
@@ -22,29 +22,17 @@ table reports.
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from trot.benchmark import main
+from trot.benchmark import main, read_rows, return_at
 from trot.compare import X_AXES, band, plot_band  # `trot compare`'s median and band
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    """benchmarks/NAME.py as a module, loaded from its file (no sys.path edit)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclasses need it
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-compare_ant = _load("compare_ant")  # its reading of the peers' CSVs, not a copy of it
 
 # `trot compare`'s axes, and the sweeps' (a setting on x; one point per run)
 AXES = {**X_AXES, "learning_rate": ("learning rate", 1.0)}
@@ -125,8 +113,8 @@ PLOTS = (
 def read_run(path: Path, stack: str | None = None) -> dict[str, np.ndarray]:
     """One CSV's columns as float arrays; a peers' stack as compare_ant's table reads it."""
     if stack is not None:
-        rows = compare_ant.read_rows(path, stack)
-        kept = [(w, s, compare_ant.return_at(rows, w)) for w, s, _, _ in rows]
+        rows = read_rows(path, stack)
+        kept = [(w, s, return_at(rows, w)) for w, s, _, _ in rows]
         kept = [k for k in kept if k[2] is not None]
         return dict(zip(("wall_s", "env_steps", "return"), np.array(kept, float).T))
     with open(path) as f:

@@ -149,7 +149,9 @@ def test_a3c_learns_cartpole_balance_and_resumes(tmp_path, capsys):
     of the deterministic policy); both workers' updates are logged; a resume continues the
     counters and metrics.csv without a repeated update; trot export writes its policy.
     Catches workers whose gradients never reach the shared parameters (no learning), a
-    worker that never runs, and a resume that restarts the counters or the log."""
+    worker that never runs, and a resume that restarts the counters or the log.
+    Slow (about 20 s): two spawned workers train 150k, then 300k env steps, and the policy must
+    have learned."""
     run = tmp_path / "run"
     rc, _, err = _trot(capsys, ["train", *TRAIN, "--max-env-steps", "150000", "--run-dir",
                                 str(run), "--no-export"])

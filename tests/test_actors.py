@@ -111,7 +111,9 @@ def test_an_actor_learns_cartpole_balance_through_a_resume(tmp_path, capsys):
     32 envs and 120k env steps (it reaches 500 by about 60k), in two halves: the learner
     resumes from its checkpoint (its log continues without a repeated iteration, the actor
     starts anew), the run learns, and trot eval loads it. Catches a resume that loses the
-    learner's state or hangs the actors waiting for their first parameters."""
+    learner's state or hangs the actors waiting for their first parameters.
+    Slow (about 25 s): torchrun starts a learner and an actor process, twice (the resume), and
+    the run must learn."""
     run = tmp_path / "run"
     _trot(["train", TASK, "--actors", "1", "--num-envs", "32", "--max-env-steps", "60000",
            "--no-export", "--run-dir", str(run)], tmp_path)

@@ -90,7 +90,9 @@ def test_rslrl_leg_runs_evaluates_and_resumes(tmp_path):
     resumed run's env steps continue from the saved state in whole rsl_rl iterations (24
     steps x 16 envs), and its model is rsl_rl's own save. The bugs: the training return read
     outside rsl_rl's inference mode (its statistics are inference tensors: the first race
-    died there), a resume that restarts the step count or drops the rows before it."""
+    died there), a resume that restarts the step count or drops the rows before it.
+    Slow (about 30 s): rsl_rl's runner trains go1-flat twice (the run and its resume), each in a
+    new process."""
     pytest.importorskip("rsl_rl", reason="needs the 'rslrl' extra")
     import subprocess
 

@@ -249,6 +249,9 @@ def _trot(*args: str, cwd: Path) -> str:
 
 
 def test_nproc_launches_torchrun_and_resume_restores_every_rank(tmp_path):
+    """`trot train --nproc 2` launches torchrun; a run interrupted at half its budget and
+    resumed ends bitwise equal to the straight run, every rank's envs restored. Slow (about
+    20 s): three torchrun jobs of two processes, each importing torch."""
     common = ["--nproc", "2", "--num-envs", "32", "--no-export", "--agent.rollout-steps", "8",
               "--agent.actor-hidden", "16", "16", "--agent.critic-hidden", "16", "16"]
     full = 10 * 8 * 32 * 2  # 10 iterations over both ranks

@@ -138,7 +138,9 @@ def test_export_md_commands_and_robot_loop_run_as_printed(tmp_path, monkeypatch)
     cartpoles train, and each sim2sim mean return is within 5% of its eval. Then the
     page's recurrent robot loop runs as printed on the GRU export and keeps the pole up.
     The bugs: a memory policy that sim2sim runs without its state or history (its return
-    collapses), a loop on the page that no longer matches the runner's API."""
+    collapses), a loop on the page that no longer matches the runner's API.
+    Slow (about 60 s): the page's runs train as printed, each command a new process that imports
+    torch."""
     (tmp_path / "tests" / "data").mkdir(parents=True)
     (tmp_path / "tests" / "data" / "go1_walker").symlink_to(REPO / "tests" / "data" /
                                                             "go1_walker")
@@ -170,7 +172,9 @@ def test_export_md_commands_and_robot_loop_run_as_printed(tmp_path, monkeypatch)
 
 def test_tasks_md_shell_commands_run_as_printed(tmp_path):
     """The user's path: files in their own folder, trot on the command line. Every command
-    after the first finds the task again without --tasks (the run recorded it)."""
+    after the first finds the task again without --tasks (the run recorded it).
+    Slow (about 45 s): each of the page's commands is a new process (train, eval, export,
+    sim2sim, play), as a user types them."""
     _write_user_files(tmp_path)
     lines = _shell_lines(DOC)
     assert any("--tasks my_tasks.py" in ln for ln in lines)
@@ -207,7 +211,9 @@ def test_terrain_md_shell_commands_run_as_printed(tmp_path):
     """docs/terrain.md's commands from a fresh folder: go1-rough trains with the scan in the
     policy, evaluates on the course and runs exported (model.xml with terrain.bin and
     course.bin beside it; the runner computes the scan). Then the export's terrain files
-    are checked: a changed or missing one is refused by name."""
+    are checked: a changed or missing one is refused by name.
+    Slow (about 30 s): go1-rough trains briefly, then eval and sim2sim on the course, each a new
+    process."""
     from trot.export.runner import ContractError, OnnxPolicy
 
     lines = _shell_lines(REPO / "docs" / "terrain.md")

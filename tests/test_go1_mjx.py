@@ -46,6 +46,10 @@ def _lockstep(task, cfg, amplitude, steps=50):
 
 
 def test_go1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
+    """go1-flat on both backends from the same states under the same joint targets: within
+    1e-3 before the first lift-off, 1e-2 after. Catches an mjx model or step that is not the
+    cpu one (gains, contacts, substeps). Slow (about 45 s): compiling go1-flat's MJX programs
+    on JAX's CPU backend; full CI leg only."""
     monkeypatch.chdir(tmp_path)
     cfg = dataclasses.replace(get_task("go1-flat").config, obs_noise=False)
     # joint targets within +-0.125 rad of the home pose (action scale 0.5)
@@ -62,7 +66,10 @@ def test_go1_rough_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     angles part by up to 0.11 rad in transients, while the base, which the terrain
     carries, agrees to 1.3e-3 m after 5 steps (a misplaced or flipped terrain would be
     centimetres off there) and to 2.5e-2 m and 2.5e-2 in its quaternion after 50
-    (measured). The tolerances are those numbers with some margin."""
+    (measured). The tolerances are those numbers with some margin.
+    Slow (about 100 s on 2 cores): compiling go1-rough's MJX step (contacts with the
+    heightfield) on JAX's CPU backend is most of it; CI runs it in the full leg only (the
+    mjx extra)."""
     monkeypatch.chdir(tmp_path)
     cfg = dataclasses.replace(get_task("go1-rough").config, obs_noise=False,
                               tile_size=3.0, terrain_rows=2, terrain_cols=7,
@@ -85,7 +92,8 @@ def test_g1_cpu_and_mjx_agree_for_50_steps(tmp_path, monkeypatch):
     ground through corner spheres, whose contacts MJX computes as MuJoCo C does (MJX's
     box-plane keeps fewer corners: the backends parted within one step with box soles).
     A robot standing in one backend and falling in the other (a wrong model, gain, reset
-    or randomization) is decimetres apart; the tolerances are the measured gaps x 3."""
+    or randomization) is decimetres apart; the tolerances are the measured gaps x 3.
+    Slow (about 70 s): compiling g1-flat's MJX programs on JAX's CPU backend; full CI leg only."""
     monkeypatch.chdir(tmp_path)
     cfg = dataclasses.replace(get_task("g1-flat").config, obs_noise=False)
     for t, gap in _lockstep("g1-flat", cfg, amplitude=0.5):  # +-0.125 rad
@@ -102,7 +110,9 @@ def test_go1_env_step_is_two_xla_executions_without_flattens_or_transfers(monkey
     turned off so that every call passes there), no flatten of the MJX model, and no
     host<->device transfer, explicit or implicit (jax.transfer_guard). The bugs: a kick or
     a parameter table updated by a program of its own (8 executions per step before),
-    the model re-flattened per set_params, a numpy or Python value handed to a program."""
+    the model re-flattened per set_params, a numpy or Python value handed to a program.
+    Slow (about 75 s): it compiles go1-flat's step and reset programs on JAX's CPU backend to
+    count their executions; full CI leg only."""
     import jax
     from jax._src import pjit
     from jax._src.interpreters import pxla

@@ -130,7 +130,8 @@ BALL = """<mujoco><option timestep="0.005"/>
 
 def test_mjx_data_fields_agree_with_cpu():
     """The same tracked fields on MJX (jax impl, float32): a ball settling on the floor (a
-    contact force in cfrc_ext) next to a driven arm (cacc)."""
+    contact force in cfrc_ext) next to a driven arm (cacc).
+    Slow (about 40 s): MJX compiles both models on JAX's CPU backend; full CI leg only."""
     need("jax")
     need("mujoco.mjx")
     from trot.sim.mjx import MjxSim

@@ -105,7 +105,9 @@ def test_stacked_seeds_are_one_run_evaluated_per_seed_and_resumable(tmp_path):
     """--stacked: the seeds in one process (one run directory with seed_K inside), every
     seed evaluated into its own CSV, the time until every seed walked printed, and a
     --resume over a spent budget that repeats no row. Catches the evaluations of one seed
-    written for another, or rows repeated on resume."""
+    written for another, or rows repeated on resume.
+    Slow (about 35 s): five runs of the script, each a new process that imports torch and trains
+    go1-flat briefly."""
     out = _run(tmp_path, "--seeds", "0", "1", "--stacked", "--max-error", "100",
                "--max-falls", "1")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["mode"]["seeds"] == [0, 1]

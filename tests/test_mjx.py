@@ -132,6 +132,9 @@ def test_impl_selection(monkeypatch):
 
 
 def test_constructor_and_compile_time(model):
+    """The sim builds on its device with its views in place, and its compile time does not
+    grow with N (the traced program is one per batch). Slow (about 25 s): it compiles the
+    programs at two batch sizes on JAX's CPU backend; full CI leg only."""
     sim = MjxSim(model, N, SUBSTEPS, device=DEV)
     assert sim.impl in ("jax", "warp")
     assert sim.control_dt == pytest.approx(model.opt.timestep * SUBSTEPS)

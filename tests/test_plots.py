@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trot.benchmark import main
+from trot.benchmark import fmt_time, main
 
 ROOT = Path(__file__).resolve().parents[1]
 # the script as a module, loaded from its file (no sys.path edit)
@@ -119,7 +119,7 @@ def test_ant_curves_cross_the_thresholds_when_the_page_table_says():
         for thr in (1000, 2000):
             cell = table[curve.label][head.index(f"first >= {thr:,}")].strip("*")
             hit = next((r["x"] for r in pts if r["median"] >= thr), None)
-            assert plots.compare_ant.fmt_time(hit) == cell, (curve.label, thr)
+            assert fmt_time(hit) == cell, (curve.label, thr)
 
 
 def test_every_picture_on_the_page_is_drawn_by_the_script_from_committed_csvs():

@@ -80,6 +80,9 @@ def test_a_signal_checkpoints_and_the_run_resumes(tmp_path, mode, teacher):
     assert f"stopped by {sig.name}" in out and resume in out, out[-3000:]
     at = read_checkpoint(run).counters
     assert at.iteration >= 2 and at.env_steps > 0
+    assert not [f for f in os.listdir(run) if f.endswith(".tmp")]  # atomic writes only
+    if mode == "plain":  # every iteration counted once: 16 envs x 8 steps
+        assert at.env_steps == at.iteration * 16 * 8 and str(run) in out
     assert _iterations(run / shows) == list(range(1, at.iteration + 1))
     more = at.env_steps + (1 if mode == "a3c" else at.env_steps // at.iteration)
     assert cli_main([cmd[0], "--resume", str(run), "--max-env-steps", str(more)]) == 0

@@ -227,6 +227,41 @@ def run_to_goals(cfg: TrainConfig, again: bool, evaluation: Callable[[Counters],
     return learner, timed
 
 
+# ---------------------------------------------------------------------- peers' logs
+RETURN_COL = {"trot": "episode_return", "sb3": "mean_return", "rlgames": "mean_return"}
+"""each stack's return column in its training log (benchmarks/compare_ant.py's race)"""
+WINDOW_S = 10.0
+"""the window of a return read at a time: the episodes that ended in the last WINDOW_S"""
+
+
+def read_rows(path: Path, name: str) -> list[tuple[float, float, float | None, float]]:
+    """(wall_s, env_steps, return or None, episodes) per logged row."""
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            ret = r.get(RETURN_COL[name]) or ""
+            eps = float(r.get("episodes") or 0.0)
+            rows.append((float(r["wall_s"]), float(r["env_steps"]),
+                         float(ret) if ret.strip() else None, eps if ret.strip() else 0.0))
+    return rows
+
+
+def return_at(rows, t: float) -> float | None:
+    """Episode-weighted mean return of the rows in (t - WINDOW_S, t]; else the last before t."""
+    win = [(ret, eps) for w, _, ret, eps in rows if t - WINDOW_S < w <= t and ret is not None]
+    n = sum(max(eps, 1.0) for _, eps in win)
+    if win:
+        return sum(ret * max(eps, 1.0) for ret, eps in win) / n
+    before = [ret for w, _, ret, _ in rows if w <= t and ret is not None]
+    return before[-1] if before else None
+
+
+
+def fmt_time(t: float | None) -> str:
+    """Seconds as the peers' table writes a time (1m05s), or 'not reached'."""
+    return "not reached" if t is None else f"{int(t // 60)}m{int(t % 60):02d}s"
+
+
 # ---------------------------------------------------------------------- seeds
 def spread(values: Sequence[float], digits: int = 1) -> str:
     """median (min..max) over seeds; a seed that never reached it (NaN) counts as above

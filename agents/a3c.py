@@ -46,12 +46,11 @@ import torch
 import torch.multiprocessing as mp
 from torch.utils._pytree import tree_map
 
-from trot.agents.checkpoint import Checkpoint, Counters, require_keys
+from trot.agents.checkpoint import require_keys
 from trot.agents.collect import Collector
 from trot.agents.distributed import (ENV_STREAM, NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM,
                                      pin_cpus, rank_seed)
-from trot.agents.logger import RunLogger
-from trot.agents.loop import Interrupted, one_logger, one_progress
+from trot.agents.loop import Interrupted, OneRun
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.runs import run_config
@@ -212,7 +211,7 @@ def _worker(k: int, workers: int, run_dir: str, shared: Shared, resumes: int,
             break
 
 
-class A3C:
+class A3C(OneRun):
     """The main process (agents/loop.py's `Learner`): the shared network and optimizer
     state, and the workers; one iteration is one worker's update, as it reports it."""
 
@@ -317,17 +316,8 @@ class A3C:
     def policy(self) -> None:
         return None  # RULES refuse eval_every: workers would train on while it ran
 
-    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
-        return one_logger(self, run_dir, at)
-
     def progress(self, m: dict[str, float]) -> str:
-        return one_progress(self, m) + f" | worker {int(m['worker'])}"
-
-    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
-        pass
-
-    def run_dirs(self, run_dir: Path) -> list[Path]:
-        return [Path(run_dir)]
+        return super().progress(m) + f" | worker {int(m['worker'])}"
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

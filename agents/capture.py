@@ -27,7 +27,10 @@ measure (docs/benchmarks.md, "GPU").
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -60,3 +63,21 @@ def compiler(setting: str, device: torch.device) -> Callable[[F], F]:
         return lambda fn: fn
     backend, mode = AUTO_ON_CUDA if setting == "auto" else setting.partition(":")[::2]
     return lambda fn: torch.compile(fn, backend=backend, mode=mode or None, dynamic=False)
+
+
+@functools.cache
+def _cpu_flags() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: no flags to read, so no claim of native bf16
+        return ""
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that says so, or a CPU whose
+    flags list avx512_bf16 or amx_bf16. Elsewhere bf16 products are emulated and slower
+    than float32, so update_dtype='auto' keeps float32 there."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and re.search(r"\b(avx512_bf16|amx_bf16)\b",
+                                              _cpu_flags()) is not None

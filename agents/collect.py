@@ -27,7 +27,8 @@ from trot.agents.networks import ActorCritic, reset_state
 from trot.agents.overlap import Prefetch
 from trot.agents.ppo import PPO
 from trot.agents.storage import Rollout
-from trot.agents.train_config import Sync, TrainConfig
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig
 from trot.sim.base import available_cpus
 from trot.tasks.env import Env
 

@@ -28,17 +28,15 @@ they read any run.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from trot.agents.checkpoint import Checkpoint, Counters, require_keys
+from trot.agents.checkpoint import Checkpoint, require_keys
 from trot.agents.distributed import ONE_PROCESS
-from trot.agents.logger import RunLogger
-from trot.agents.loop import one_logger, one_progress
+from trot.agents.loop import OneRun
 from trot.agents.networks import Acting, ActorCritic, fold, reset_state
 from trot.agents.runs import LoadedRun, load_run
 from trot.agents.train_config import TrainConfig
@@ -92,7 +90,7 @@ def check_compatible(teacher: Env, student: Env) -> None:
                          f"do not share an action space: {'; '.join(problems)}")
 
 
-class Distiller:
+class Distiller(OneRun):
     """The student, its env and optimizer, the teacher (agents/loop.py's `Learner`);
     `iterate` is one DAgger round."""
 
@@ -177,20 +175,8 @@ class Distiller:
                                             zip(task_m, vals[1:])} | stats
 
     # ------------------------------------------------------------------ the run
-    def start(self, interrupted: Callable[[], bool]) -> None:
-        pass
-
-    def close(self, failed: bool) -> list[dict[str, float]]:
-        return []
-
-    def policy(self) -> torch.nn.Module:
-        return self.ac.actor
-
-    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
-        return one_logger(self, run_dir, at)
-
     def progress(self, m: dict[str, float]) -> str:
-        return one_progress(self, m) + f" | beta {m['beta']:.2f} | loss " \
+        return super().progress(m) + f" | beta {m['beta']:.2f} | loss " \
             f"{m['distill_loss']:.4f}"
 
     def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
@@ -202,9 +188,6 @@ class Distiller:
         text = json.dumps(record, indent=1) + "\n"
         if not (run_dir / RECORD).is_file() or (run_dir / RECORD).read_text() != text:
             atomic_write(run_dir / RECORD, lambda p: p.write_text(text))
-
-    def run_dirs(self, run_dir: Path) -> list[Path]:
-        return [Path(run_dir)]
 
     def state_dict(self) -> dict:
         """Everything the next iteration reads: a resumed distillation continues bitwise

@@ -21,8 +21,8 @@ from trot.agents.loop import Learner
 from trot.agents.multitask import VIEW
 from trot.agents.runs import new_run_dir, raise_budget, read_checkpoint, run_config, write_config
 from trot.agents.seeds import StackedSeeds
-from trot.agents.train_config import (A3C, Actors, Distill, Seeds, Sync, Tasks, TrainConfig,
-                                      describe)
+from trot.agents.modes import A3C, Actors, Distill, Seeds, Sync, Tasks, describe
+from trot.agents.train_config import TrainConfig
 from trot.agents.trainer import Trainer
 from trot.tasks.registry import make_task_envs
 

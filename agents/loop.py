@@ -23,7 +23,8 @@ from trot.agents.checkpoint import Checkpoint, Counters, save_checkpoint
 from trot.agents.distributed import Comm
 from trot.agents.logger import RunLogger, progress_line
 from trot.agents.periodic_eval import PeriodicEval
-from trot.agents.train_config import Distill, TrainConfig, to_json
+from trot.agents.modes import Distill
+from trot.agents.train_config import TrainConfig, to_json
 from trot.core import faults
 from trot.core.files import remove_stale_temps
 
@@ -33,7 +34,8 @@ CHECKPOINT = "checkpoint.pt"
 class Learner(Protocol):
     """What the loop drives. `kind` names the learner in its checkpoints; `cfg` is the
     run's config (its budgets are read each iteration); `comm` the learner's process group
-    (ranks agree on stopping; rank 0 alone writes)."""
+    (ranks agree on stopping; rank 0 alone writes). `OneRun` below has the defaults of the
+    methods after `load_state_dict`, for a learner that is one plain run."""
 
     kind: ClassVar[str]
     cfg: TrainConfig
@@ -86,12 +88,31 @@ class Interrupted(RuntimeError):
     rows: list[dict[str, float]] = []
 
 
-def one_logger(learner: Learner, run_dir: Path, at: Counters) -> RunLogger:
-    return RunLogger(run_dir, iteration=at.iteration, env_steps=at.env_steps)
+class OneRun:
+    """The Learner protocol's defaults for a learner that is one run: nothing to start or
+    stop, its actor evaluated, metrics.csv and TensorBoard, the usual progress line, no
+    run directories but its own. A learner overrides what it does otherwise."""
 
+    def start(self, interrupted: Callable[[], bool]) -> None:
+        pass
 
-def one_progress(learner: Learner, m: dict[str, float]) -> str:
-    return progress_line(m, learner.cfg.max_env_steps, 60 * learner.cfg.minutes)
+    def close(self, failed: bool) -> list[dict[str, float]]:
+        return []
+
+    def policy(self) -> torch.nn.Module | None:
+        return self.ac.actor
+
+    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
+        return RunLogger(run_dir, iteration=at.iteration, env_steps=at.env_steps)
+
+    def progress(self, m: dict[str, float]) -> str:
+        return progress_line(m, self.cfg.max_env_steps, 60 * self.cfg.minutes)
+
+    def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
+        pass
+
+    def run_dirs(self, run_dir: Path) -> list[Path]:
+        return [Path(run_dir)]
 
 
 def checkpoint(learner: Learner, wall_s: float) -> Checkpoint | None:

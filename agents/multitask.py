@@ -26,7 +26,8 @@ from torch import Tensor, nn
 from trot.agents.checkpoint import Checkpoint, Counters, save_checkpoint
 from trot.agents.networks import ActorCritic
 from trot.agents.runs import CHECKPOINT, task_dir, write_config
-from trot.agents.train_config import Sync, TrainConfig, to_json
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig, to_json
 
 VIEW = "task-view"
 """a task view's learner kind: a policy cut from a run of several tasks, which resume

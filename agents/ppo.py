@@ -7,17 +7,15 @@ optimizer reads, updated with `torch.where`, so no minibatch waits for the host.
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from trot.agents.advantages import compute_gae
+from trot.agents.capture import native_bf16
 from trot.agents.config import PPOConfig
 from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
@@ -81,24 +79,6 @@ def _sample_with(actor: torch.nn.Module, obs: Tensor, eps: Tensor, state: Tensor
     """`actor.sample_with`, as a function of the actor: one captured program serves the
     learner's actor and a lagged copy alike (Dynamo guards on which one it is)."""
     return actor.sample_with(obs, eps, state)
-
-
-@functools.cache
-def _cpu_flags() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux: no flags to read, so no claim of native bf16
-        return ""
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that says so, or a CPU whose
-    flags list avx512_bf16 or amx_bf16. Elsewhere bf16 products are emulated and slower
-    than float32, so update_dtype='auto' keeps float32 there."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and re.search(r"\b(avx512_bf16|amx_bf16)\b",
-                                              _cpu_flags()) is not None
 
 
 class PPO:
@@ -288,18 +268,9 @@ class PPO:
     def _recurrent_epochs(self, batch: Batch, gen: torch.Generator, old_log_std: Tensor
                           ) -> dict[str, Tensor]:
         """A recurrent actor's epochs: each minibatch whole rollouts of a subset of envs."""
-        cfg = self.cfg
-        sums = None
-        first = True  # the update's first minibatch: no step yet, nothing to adapt on
-        for _ in range(cfg.epochs):
-            for b, seq_b in self._minibatches(batch, gen):
-                stats = self._minibatch(b, seq_b, old_log_std, adapt=not first)
-                first = False
-                row = torch.stack(list(stats.values()))  # [S]: one add per minibatch
-                sums = torch.zeros_like(row) if sums is None else sums
-                sums += row
-        sums /= cfg.epochs * cfg.minibatches
-        return dict(zip(stats, sums.unbind()))
+        mbs = (mb for _ in range(self.cfg.epochs) for mb in self._minibatches(batch, gen))
+        return mean_stats(self._minibatch(b, seq_b, old_log_std, adapt=k > 0)
+                          for k, (b, seq_b) in enumerate(mbs))
 
     def _minibatches(self, batch: Batch, gen: torch.Generator):
         """A recurrent actor's epoch: envs shuffled, each minibatch (Batch, Sequences) whole
@@ -408,16 +379,25 @@ def epochs(cfg: PPOConfig, tables: list[Tensor], gens: list[torch.Generator],
     Returns the mean over minibatches of each statistic `step` returns (0-d or [K])."""
     rows = tables[0].shape[0]
     size = rows // cfg.minibatches
-    sums, first = None, True
-    for _ in range(cfg.epochs):
-        for table, gen, out in zip(tables, gens, shuffled):
-            perm = torch.randperm(rows, generator=gen, device=table.device)
-            torch.index_select(table, 0, perm, out=out)
-        for j in range(cfg.minibatches):
-            stats = step(shuffled[:, j * size:(j + 1) * size], not first)
-            first = False
-            row = torch.stack(list(stats.values()))  # one add per minibatch
-            sums = torch.zeros_like(row) if sums is None else sums
-            sums += row
-    sums /= cfg.epochs * cfg.minibatches
+
+    def steps():
+        for e in range(cfg.epochs):
+            for table, gen, out in zip(tables, gens, shuffled):
+                perm = torch.randperm(rows, generator=gen, device=table.device)
+                torch.index_select(table, 0, perm, out=out)
+            for j in range(cfg.minibatches):
+                yield step(shuffled[:, j * size:(j + 1) * size], e > 0 or j > 0)
+
+    return mean_stats(steps())
+
+
+def mean_stats(steps: Iterable[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The mean of each statistic over an update's minibatch steps (one add per step)."""
+    sums, n = None, 0
+    for stats in steps:
+        row = torch.stack(list(stats.values()))  # [S] or [S, K]
+        sums = torch.zeros_like(row) if sums is None else sums
+        sums += row
+        n += 1
+    sums /= n
     return dict(zip(stats, sums.unbind()))

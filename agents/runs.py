@@ -12,7 +12,8 @@ from pathlib import Path
 
 from trot.agents.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from trot.agents.networks import ActorCritic
-from trot.agents.train_config import Seeds, Tasks, TrainConfig, load_json, save_json
+from trot.agents.modes import Seeds, Tasks
+from trot.agents.train_config import TrainConfig, load_json, save_json
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task, make_env
 

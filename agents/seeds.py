@@ -38,15 +38,16 @@ from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
 from trot.agents.checkpoint import Checkpoint, Counters, require_keys, save_checkpoint
-from trot.agents.collect import Collector, set_threads
+from trot.agents.collect import Collector
 from trot.agents.distributed import ENV_STREAM, ONE_PROCESS, rank_seed
-from trot.agents.loop import CHECKPOINT
+from trot.agents.loop import CHECKPOINT, OneRun
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import epochs, normalize_advantages
 from trot.agents.runs import read_checkpoint, write_config
 from trot.agents.seed_logs import SeedLogs, seeds_progress_line, summarize
 from trot.agents.storage import Batch, Rollout
-from trot.agents.train_config import Sync, TrainConfig, to_json
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig, to_json
 from trot.agents.trainer import Trainer, TrainingDiverged
 from trot.sim.rows import load_blocks
 from trot.tasks.blocks import Blocks
@@ -128,7 +129,7 @@ class StackedActing:
         return action.flatten(0, 1), log_prob.flatten(), mean.flatten(0, 1), state
 
 
-class StackedSeeds:
+class StackedSeeds(OneRun):
     """K one-seed learners (the Seeds mode's seeds) stepped, acted and updated as one
     program (agents/loop.py's `Learner`)."""
 
@@ -264,12 +265,6 @@ class StackedSeeds:
         self._linked = True
 
     # ------------------------------------------------------------------ the run
-    def start(self, interrupted: Callable[[], bool]) -> None:
-        pass
-
-    def close(self, failed: bool) -> list[dict[str, float]]:
-        return []
-
     def policy(self) -> None:
         return None  # RULES refuse eval_every: each seed is evaluated in its directory
 

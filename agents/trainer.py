@@ -23,18 +23,18 @@ from torch.utils._pytree import tree_map
 from trot.agents.actors import Inbox
 from trot.agents.capture import compiler
 from trot.agents.central import CentralInbox
-from trot.agents.checkpoint import Checkpoint, Counters, require_keys
+from trot.agents.checkpoint import Checkpoint, require_keys
 from trot.agents.collect import make_collector
 from trot.agents.distributed import (NOISE_STREAM, ONE_PROCESS, SHUFFLE_STREAM, Comm,
                                      Preemption, rank_seed)
-from trot.agents.logger import RunLogger
-from trot.agents.loop import one_logger, one_progress
+from trot.agents.loop import OneRun
 from trot.agents.multitask import write_task_views
 from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.rollback import Rollback
 from trot.agents.storage import Batch, Rollout
-from trot.agents.train_config import Actors, Sync, TrainConfig
+from trot.agents.modes import Actors, Sync
+from trot.agents.train_config import TrainConfig
 from trot.agents.runs import task_dir
 from trot.core import faults
 from trot.tasks.env import Env
@@ -49,7 +49,7 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
-class Trainer:
+class Trainer(OneRun):
     """The PPO/A2C learner (agents/loop.py's `Learner`)."""
 
     kind: ClassVar[str] = "ppo"
@@ -119,15 +119,6 @@ class Trainer:
         if not failed:  # the decoupled actors' inbox tells them to stop: an actor that
             self.collector.close()  # never came for its stop raises
         return []
-
-    def policy(self) -> torch.nn.Module:
-        return self.ac.actor
-
-    def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
-        return one_logger(self, run_dir, at)
-
-    def progress(self, m: dict[str, float]) -> str:
-        return one_progress(self, m)
 
     def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
         if self.env.num_tasks > 1:  # each task's own run directory, after the whole

@@ -28,7 +28,6 @@ logged no return) before the mark. `--from-csv` needs the `--minutes` the runs h
 
 from __future__ import annotations
 
-import csv
 import shlex
 import subprocess
 import sys

@@ -39,7 +39,8 @@ from trot.agents.config import DistillSettings
 from trot.agents.learners import resume, start
 from trot.agents.loop import train
 from trot.agents.runs import CHECKPOINT, load_run, read_checkpoint
-from trot.agents.train_config import Distill, TrainConfig
+from trot.agents.modes import Distill
+from trot.agents.train_config import TrainConfig
 from trot.benchmark import Results, course_row, locomotion_row, main, overrides
 from trot.tasks.registry import get_task
 

@@ -57,7 +57,8 @@ from typing import Literal
 
 from trot.agents.checkpoint import Counters
 from trot.agents.learners import resume
-from trot.agents.train_config import Seeds, TrainConfig
+from trot.agents.modes import Seeds
+from trot.agents.train_config import TrainConfig
 from trot.benchmark import (Goal, Timed, course_row, locomotion_row, main, missed,
                             overrides, run_to_goals, spread)
 from trot.tasks.registry import get_task

@@ -32,7 +32,8 @@ import torch
 from trot.agents.collect import set_threads
 from trot.agents.learners import build
 from trot.agents.logger import RunLogger
-from trot.agents.train_config import Sync, TrainConfig
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig
 from trot.benchmark import main
 
 

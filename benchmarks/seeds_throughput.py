@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from trot.agents.learners import build
-from trot.agents.train_config import Seeds, Sync, TrainConfig
+from trot.agents.modes import Seeds, Sync
+from trot.agents.train_config import TrainConfig
 from trot.benchmark import main
 
 

@@ -47,7 +47,8 @@ from trot.agents.checkpoint import Counters
 from trot.agents.evaluate import run_episodes
 from trot.agents.learners import start
 from trot.agents.loop import train
-from trot.agents.train_config import Sync, TrainConfig
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig
 from trot.benchmark import main
 from trot.tasks.registry import get_task, make_env
 

@@ -15,7 +15,8 @@ from trot.agents.a3c import RMSPROP, HogwildStep, new_rmsprop_state
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic
 from trot.agents.loop import save
-from trot.agents.train_config import A3C, Sync, TrainConfig
+from trot.agents.modes import A3C, Sync
+from trot.agents.train_config import TrainConfig
 from trot.cli import main as cli_main
 from trot.cli_train import parse_train
 from trot.core.faults import CRASH_ENV, CRASH_EXIT

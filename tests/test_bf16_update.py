@@ -12,9 +12,10 @@ import torch
 
 from test_ppo import CPU, _cfg, _reference_a2c_step, _setup
 from test_trainer import _isolate  # noqa: F401  (autouse: cwd, threads, RNG restored)
-from trot.agents import ppo as ppo_module
+from trot.agents import capture as capture_module
 from trot.agents.config import tuned
-from trot.agents.ppo import PPO, native_bf16
+from trot.agents.capture import native_bf16
+from trot.agents.ppo import PPO
 from trot.agents.learners import build
 from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task
@@ -80,7 +81,7 @@ def test_bf16_update_runs_a_recurrent_actor_on_narrow_inputs(tmp_path):
 def test_auto_uses_bf16_only_where_the_cpu_has_it(monkeypatch, flags, native):
     """'auto' reads the CPU's flags: avx512bw or avx512_vnni alone (bf16 emulated, slower
     than float32) must not count."""
-    monkeypatch.setattr(ppo_module, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(capture_module, "_cpu_flags", lambda: flags)
     assert native_bf16(CPU) is native
     cfg = _cfg(update_dtype="auto")
     ac, _ = _setup(cfg)

@@ -22,7 +22,8 @@ from trot.agents.evaluate import run_episodes
 from trot.agents.learners import start
 from trot.agents.loop import save, train
 from trot.agents.runs import load_run, read_checkpoint
-from trot.agents.train_config import Distill, TrainConfig
+from trot.agents.modes import Distill
+from trot.agents.train_config import TrainConfig
 from trot.cli import main as cli_main
 from trot.tasks.registry import get_task, make_env
 

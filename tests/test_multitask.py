@@ -16,7 +16,8 @@ from trot.agents.multitask import task_view
 from trot.agents.normalization import PopArt
 from trot.agents.learners import build
 from trot.cli import main as cli_main
-from trot.agents.train_config import Sync, Tasks, TrainConfig
+from trot.agents.modes import Sync, Tasks
+from trot.agents.train_config import TrainConfig
 from trot.agents.runs import read_checkpoint
 from trot.tasks.registry import make_task_envs
 

@@ -14,7 +14,8 @@ from test_trainer import _assert_same, _new_run, _no_wall
 from trot.agents.loop import save
 from trot.agents.config import PPOConfig
 from trot.agents.learners import build, resume
-from trot.agents.train_config import Sync, TrainConfig
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig
 
 
 def _cfg(tmp_path, overlap: bool, name: str = "run") -> TrainConfig:

@@ -26,7 +26,8 @@ from trot.agents.networks import ActorCritic
 from trot.agents.ppo import PPO
 from trot.agents.storage import Batch
 from trot.cli import main as cli_main
-from trot.agents.train_config import Sync, TrainConfig
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig
 from trot.core.faults import DELAY_ENV
 
 TASK = "cartpole-balance"

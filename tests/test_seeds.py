@@ -14,7 +14,8 @@ from trot.agents.config import PPOConfig
 from trot.agents.learners import build
 from trot.agents.runs import read_checkpoint
 from trot.agents.seeds import StackedSeeds
-from trot.agents.train_config import Seeds, Sync, TrainConfig
+from trot.agents.modes import Seeds, Sync
+from trot.agents.train_config import TrainConfig
 from trot.cli import main as cli_main
 from trot.sim import make_sim
 from trot.sim.rows import SimRows

@@ -1,6 +1,6 @@
 """Every mode stops cleanly and resumes through the one loop (agents/loop.py): a signal
 during training (SIGTERM for the plain run, Ctrl-C's SIGINT to the whole process group for
-the others, as a terminal sends it) writes a checkpoint, prints the resume command and
+the others, as a terminal sends it: torchrun's launcher and its ranks alike) writes a checkpoint, prints the resume command and
 exits 0; `trot train --resume RUN` (or `trot distill --resume RUN`) then continues the run,
 its logs without a repeated iteration. One new process per mode (torch's import, then a
 few iterations): about 10-25 s each, which is why they are separate tests."""
@@ -27,6 +27,7 @@ SMALL = ["--num-envs", "16", "--agent.rollout-steps", "8", "--agent.minibatches"
 # mode: (the command after `trot`, the metrics.csv that shows it trains, the signal)
 MODES = {
     "plain": (["train", TASK], "metrics.csv", signal.SIGTERM),
+    "nproc": (["train", TASK, "--nproc", "2"], "metrics.csv", signal.SIGINT),
     "seeds": (["train", TASK, "--seeds", "0", "1"], "seed_1/metrics.csv", signal.SIGINT),
     "tasks": (["train", TASK, "cartpole-swingup-x100"], "metrics.csv", signal.SIGINT),
     "a3c": (["train", TASK, "--algo", "a3c", "--workers", "2"], "metrics.csv",
@@ -83,6 +84,8 @@ def test_a_signal_checkpoints_and_the_run_resumes(tmp_path, mode, teacher):
     assert not [f for f in os.listdir(run) if f.endswith(".tmp")]  # atomic writes only
     if mode == "plain":  # every iteration counted once: 16 envs x 8 steps
         assert at.env_steps == at.iteration * 16 * 8 and str(run) in out
+    if mode == "nproc":  # both ranks' envs and streams (torchrun's launcher ends quietly)
+        assert len(read_checkpoint(run).state["ranks"]) == 2
     assert _iterations(run / shows) == list(range(1, at.iteration + 1))
     more = at.env_steps + (1 if mode == "a3c" else at.env_steps // at.iteration)
     assert cli_main([cmd[0], "--resume", str(run), "--max-env-steps", str(more)]) == 0

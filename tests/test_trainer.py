@@ -19,7 +19,8 @@ from trot.agents.config import PPOConfig, tuned
 from trot.agents.learners import build, resume
 from trot.agents.loop import save, train
 from trot.agents.runs import CHECKPOINT
-from trot.agents.train_config import Sync, TrainConfig, save_json
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig, save_json
 from trot.agents.trainer import MAX_CONSECUTIVE_NAN, TrainingDiverged
 from trot.core.files import atomic_write
 from trot.tasks.registry import get_task, task_names

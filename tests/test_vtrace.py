@@ -18,7 +18,8 @@ from trot.agents.collect import Collector
 from trot.agents.config import PPOConfig
 from trot.agents.learners import build, resume
 from trot.agents.vtrace import vtrace
-from trot.agents.train_config import Sync, TrainConfig, save_json
+from trot.agents.modes import Sync
+from trot.agents.train_config import TrainConfig, save_json
 
 T, N = 24, 7
 

@@ -42,8 +42,8 @@ from trot.agents.learners import resume, start
 from trot.agents.loop import Interrupted
 from trot.agents.loop import train as train_loop
 from trot.agents.runs import run_config
-from trot.agents.train_config import (A3C, MODES, Actors, Distill, Seeds, Sync, Tasks,
-                                      TrainConfig, describe)
+from trot.agents.modes import MODES, A3C, Actors, Distill, Seeds, Sync, Tasks, describe
+from trot.agents.train_config import TrainConfig
 from trot.cli_args import USAGE, fail
 from trot.export.onnx import ExportError, export_run
 from trot.tasks.registry import get_task

@@ -68,7 +68,8 @@ class Counters:
 @dataclass(frozen=True)
 class Checkpoint:
     learner: str
-    """the kind of learner whose `state` this is (agents/learners.py's LEARNERS)"""
+    """the kind of learner whose `state` this is (its class's `kind`; agents/learners.py's
+    BUILDERS build them)"""
     config: dict[str, Any]
     """the run's TrainConfig as JSON (agents/train_config.py's to_json)"""
     counters: Counters

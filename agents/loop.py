@@ -67,10 +67,10 @@ class Learner(Protocol):
         """The actor that periodic evaluation plays (None: this learner has none)."""
 
     def open_logger(self, run_dir: Path, at: Counters) -> RunLogger:
-        """The run's logs, continuing from `at` (one_logger: metrics.csv and TensorBoard)."""
+        """The run's logs, continuing from `at`."""
 
     def progress(self, m: dict[str, float]) -> str:
-        """The progress line of an iteration's metrics (one_progress: the usual one)."""
+        """The progress line of an iteration's metrics."""
 
     def write_views(self, run_dir: Path, checkpoint: Checkpoint) -> None:
         """After each checkpoint: the run directories cut from this run (each seed's, each

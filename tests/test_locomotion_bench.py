@@ -185,3 +185,17 @@ def test_timed_rows_resume_from_the_checkpoint_unchanged(tmp_path):
     back = Timed(path, Counters(1, 5652480, 60.5), 1.0, lambda learner: {})
     assert [r["iteration"] for r in back.rows] == [1] and back.rows[0]["train_return"] == -3.0
     assert path.read_text().count("\n") == 2  # the header and the row it resumes from
+
+
+def test_a_training_flag_before_the_separator_names_the_new_spelling(bench):
+    """The form before the shared scaffolding (`--task T --agent FIELD=VALUE` among the
+    benchmark's own flags) is refused with the one that works now, before anything runs;
+    the benchmark's own --seeds is its own. The bug: tyro's bare 'unrecognized options'."""
+    from trot.benchmark import main
+
+    for old in (["--task", "go1-flat"], ["--agent", "symmetry=augment"], ["--num-envs", "8"]):
+        with pytest.raises(SystemExit, match=f"{old[0]} is a setting of the run.*after `--`"):
+            main(bench.Settings, lambda s, cfg: pytest.fail("it ran"), ("go1-flat",), old)
+    got = main(bench.Settings, lambda s, cfg: (s.seeds, cfg.task, cfg.seed), ("go1-flat",),
+               ["--seeds", "0", "1", "--", "go2-flat", "--seed", "3"])
+    assert got == ((0, 1), "go2-flat", 3)

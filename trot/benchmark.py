@@ -50,10 +50,26 @@ def main(settings: type[S], run: Callable[[S, TrainConfig], Any],
     `train_args`), then run(settings, cfg)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
+    _refuse_train_flags(settings, argv[:cut])
     own = tyro.cli(settings, args=argv[:cut], prog=Path(sys.argv[0]).name,
                    description=sys.modules[settings.__module__].__doc__)
     cfg = parse_train(given_train_args(argv, train_args), prog="... --")
     return run(own, cfg)
+
+
+def _refuse_train_flags(settings: type, flags: Sequence[str]) -> None:
+    """A training flag given before `--` (the form before 2026-12-07: `--task T --agent
+    FIELD=VALUE`) is refused with the spelling that works now."""
+    own = {f.name for f in dataclasses.fields(settings)}
+    train = {f.name for f in dataclasses.fields(TrainConfig)} | {"agent", "env", "train"}
+    for flag in flags:
+        name = flag.split("=")[0].removeprefix("--").replace("-", "_")
+        if flag.startswith("--") and name not in own and name.split(".")[0] in train:
+            raise SystemExit(
+                f"{flag} is a setting of the run this benchmark trains: give it after `--`, "
+                "as `trot train` takes it (the task first, then e.g. --seed 1 --num-envs "
+                "1024 --agent.symmetry augment --env.obs-history 4): python "
+                f"{Path(sys.argv[0]).name} [its own flags] -- TASK [trot train flags]")
 
 
 def given_train_args(argv: Sequence[str] | None = None,

@@ -56,9 +56,12 @@ def test_the_full_leg_reruns_exactly_the_skipped_tests(tmp_path):
         "@pytest.mark.parametrize('k', [1, 2])\n"
         "def test_some(k):\n    if k == 2:\n        pytest.skip('no GL')\n"
         "def test_gone():\n    pytest.skip('no mjx')\n")
+    (tmp_path / "tests" / "test_y.py").write_text(  # skipped whole at collection
+        "import pytest\npytest.importorskip('no_such_module_for_ci')\n"
+        "def test_never():\n    pass\n")
     junit = tmp_path / "junit.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     f"--junitxml={junit}", "tests"], cwd=tmp_path, capture_output=True,
                    check=False, timeout=120)
-    assert ci.skipped(junit.read_text(), tmp_path) == [
-        "tests/test_x.py::test_some[2]", "tests/test_x.py::test_gone"]
+    assert sorted(ci.skipped(junit.read_text(), tmp_path)) == [
+        "tests/test_x.py::test_gone", "tests/test_x.py::test_some[2]", "tests/test_y.py"]

@@ -158,6 +158,7 @@ class Worker:
         self.collector = Collector(cfg, env, self.algo, self.local, buffer,
                                    rank_seed(seed + NOISE_STREAM, k))
         self.gen = torch.Generator().manual_seed(rank_seed(seed + SHUFFLE_STREAM, k))
+        self.k = k
         env.reset(stagger=cfg.stagger_start)
 
     def iterate(self) -> tuple[int, dict[str, float]]:
@@ -178,6 +179,8 @@ class Worker:
         stats = algo.update(batch, self.gen)
         with s.lock:
             s.ac.update_normalizers(batch.obs, batch.critic_obs)
+        if bool(self.env.nonfinite.fired()):  # the task made NaN: named (a CPU read)
+            raise self.env.nonfinite.error(f" (worker {self.k})")
         names, vals = self.env.pop_stats()
         names = list(stats) + names + ["nan_updates"]
         m = dict(zip(names, torch.cat([torch.stack(list(stats.values())), vals,

@@ -169,10 +169,13 @@ class Distiller(OneRun):
         self.iteration += 1
         stats = self.env.stats.drain(self.env.reward_terms)  # host syncs: these and vals
         task_m = self.env.iteration_metrics()  # e.g. the terrain curriculum's level
-        vals = torch.stack([loss, *(v.float() for v in task_m.values())]).tolist()
+        vals = torch.stack([loss, self.env.nonfinite.fired().float(),
+                            *(v.float() for v in task_m.values())]).tolist()
+        if vals[1]:  # the student's task made NaN (tasks/nonfinite.py): named now
+            raise self.env.nonfinite.error(f" (iteration {self.iteration})")
         return {"iteration": self.iteration, "env_steps": self.env_steps, "beta": beta,
                 "distill_loss": vals[0]} | {f"task/{k}": v for k, v in
-                                            zip(task_m, vals[1:])} | stats
+                                            zip(task_m, vals[2:])} | stats
 
     # ------------------------------------------------------------------ the run
     def progress(self, m: dict[str, float]) -> str:

@@ -100,8 +100,18 @@ def evaluate(run_dir: Path, episodes: int = 32, seed: int = 12345, device: str =
     if episodes <= 0:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
     run = load_run(run_dir, episodes, seed, device, sim, course)
-    out: dict[str, float | None] = dict(run_episodes(run.env, run.ac.actor, episodes))
-    out["env_steps"] = float(run.checkpoint.counters.env_steps)
-    mr = run.env.task.max_return()
+    return eval_result(run_episodes(run.env, run.ac.actor, episodes), run.env,
+                       run.checkpoint.counters.env_steps)
+
+
+def eval_result(episodes: dict[str, float | None], env: Env,
+                env_steps: int) -> dict[str, float | None]:
+    """`trot eval`'s result from run_episodes' metrics on `env`: those, the env steps the
+    policy trained on and the task's max return (None where unbounded). One place, so
+    that a policy trained elsewhere (trot's rsl_rl and rl_games adapters) reports the
+    same keys as a trot run."""
+    out: dict[str, float | None] = dict(episodes)
+    out["env_steps"] = float(env_steps)
+    mr = env.task.max_return()
     out["max_return"] = mr if mr is None or math.isfinite(mr) else None
     return out

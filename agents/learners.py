@@ -19,7 +19,8 @@ from trot.agents.distill import Distiller
 from trot.agents.distributed import ENV_STREAM, ONE_PROCESS, Comm, rank_seed
 from trot.agents.loop import Learner
 from trot.agents.multitask import VIEW
-from trot.agents.runs import new_run_dir, raise_budget, read_checkpoint, run_config, write_config
+from trot.agents.runs import (continue_with, new_run_dir, read_checkpoint, run_config,
+                              write_config)
 from trot.agents.seeds import StackedSeeds
 from trot.agents.modes import A3C, Actors, Distill, Seeds, Sync, Tasks, describe
 from trot.agents.train_config import TrainConfig
@@ -64,10 +65,10 @@ def start(cfg: TrainConfig, comm: Comm = ONE_PROCESS,
 
 
 def resume(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None,
-           actors: Comm | None = None, max_env_steps: int | None = None,
-           minutes: float | None = None) -> tuple[Learner, float]:
-    """The run in run_dir rebuilt from its config.json and checkpoint, with its budgets
-    raised as given (saved to config.json by rank 0); returns it and its training seconds.
+           actors: Comm | None = None, changes: dict | None = None) -> tuple[Learner, float]:
+    """The run in run_dir rebuilt from its config.json and checkpoint, with `changes`
+    (agents/runs.py's RESUMABLE settings: the budgets, raised, as totals; export, eval and
+    log settings) saved to config.json by rank 0; returns it and its training seconds.
     `device` replaces the saved one (a rank's own GPU under torchrun)."""
     cfg, ckpt = run_config(run_dir), read_checkpoint(run_dir)
     if ckpt.learner == VIEW:
@@ -79,8 +80,8 @@ def resume(run_dir: Path, comm: Comm = ONE_PROCESS, device: str | None = None,
         if isinstance(cfg.mode, Sync) else cfg.mode
     cfg = dataclasses.replace(cfg, mode=mode, device=device or cfg.device)
     at = ckpt.counters
-    cfg = raise_budget(run_dir, cfg, at.env_steps, at.wall_s, max_env_steps, minutes,
-                       write=comm.is_main)
+    cfg = continue_with(run_dir, cfg, at.env_steps, at.wall_s, changes or {},
+                        write=comm.is_main)
     learner = build(cfg, comm, actors, run_dir)
     if ckpt.learner != learner.kind:
         raise CheckpointError(f"{run_dir}'s checkpoint is of the {ckpt.learner!r} learner, "

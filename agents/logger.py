@@ -1,10 +1,12 @@
-"""Run outputs: metrics.csv (and eval.csv through CsvRows), TensorBoard events, curve.png and a progress line.
+"""Run outputs: metrics.csv (and eval.csv through CsvRows), TensorBoard events, curve.png and a progress line,
+and with --wandb the same rows to Weights & Biases (WandbSink).
 Called once per iteration with plain floats (after the iteration's single host sync)."""
 
 from __future__ import annotations
 
 import csv
 import math
+import secrets
 import time
 from pathlib import Path
 
@@ -148,6 +150,70 @@ class RunLogger:
             self.tb.close()
 
 
+WANDB_ID = "wandb_id"  # in the run directory: the W&B run that a resumed run continues
+
+
+class WandbSink:
+    """`trot train --wandb PROJECT`: the rows of metrics.csv (`log`; seeds.csv's under
+    --seeds) and eval.csv (`log(row, "eval/")`), the config, and at the end curve.png, to
+    one W&B run whose id the run directory keeps, so that `--resume` continues it. W&B's
+    step is the row's iteration: a resumed run logs from its checkpoint's on, and rows W&B
+    already has (a crashed process logged past its checkpoint) are skipped, as W&B would
+    drop them."""
+
+    def __init__(self, run_dir: Path, project: str, config: dict):
+        try:
+            import wandb  # defers the optional wandb extra to the runs that ask for it
+        except ModuleNotFoundError as e:
+            raise ModuleNotFoundError(f"--wandb {project} needs the 'wandb' extra: pip "
+                                      "install -e \".[wandb]\"", name=e.name) from None
+        self.dir, self.image = Path(run_dir), wandb.Image
+        path = self.dir / WANDB_ID
+        run_id = path.read_text().strip() if path.exists() else secrets.token_hex(4)
+        if not path.exists():  # before W&B knows the run: a crash after it still resumes it
+            atomic_write(path, lambda p: p.write_text(run_id + "\n"))
+        self.run = wandb.init(project=project, id=run_id, resume="allow",
+                              name=f"{self.dir.parent.name}/{self.dir.name}")
+        self.run.config.update(config, allow_val_change=True)  # a resume's raised budgets
+        self.first = int(getattr(self.run, "step", 0) or 0)  # W&B's next step: 0 if new
+        self.last: int | None = None  # the step logged last by this process
+
+    def log(self, m: dict[str, float | None], prefix: str = "") -> None:
+        step = int(m["iteration"])
+        if step < self.first:
+            return
+        self.run.log({prefix + k: v for k, v in m.items() if v is not None}, step=step)
+        self.last = step
+
+    def close(self) -> None:
+        """After the run's logger closed: its last curve.png goes with the last row."""
+        curve = self.dir / "curve.png"
+        if curve.exists() and self.last is not None:
+            self.run.log({"curve": self.image(str(curve))}, step=self.last)
+        self.run.finish()
+
+
+class Tee:
+    """A run's logger (RunLogger, SeedLogs) whose rows also go to a sink (WandbSink); the
+    sink closes after the logger, which draws the last curve as it closes."""
+
+    def __init__(self, logger, sink: WandbSink):
+        self.logger, self.sink = logger, sink
+
+    def log(self, m: dict[str, float]) -> None:
+        self.logger.log(m)
+        self.sink.log(m)
+
+    def flush(self) -> None:
+        self.logger.flush()
+
+    def close(self) -> None:
+        try:
+            self.logger.close()
+        finally:
+            self.sink.close()
+
+
 def _row_iteration(row: dict[str, str]) -> int | None:
     try:
         return int(float(row["iteration"])) if None not in row.values() else None
@@ -167,12 +233,15 @@ def progress_line(m: dict[str, float], max_steps: float, deadline_s: float) -> s
     left = (max_steps - m["env_steps"]) / max(rate, 1e-9)
     if deadline_s > 0:
         left = min(left, deadline_s - m["wall_s"])
+    left = max(left, 0.0)  # the last iteration runs past the budget: none left, not less
     ret = m.get("episode_return")
     ret_s = f"{ret:9.2f}" if ret is not None else "        -"
     tasks = {k[:-15]: v for k, v in m.items() if k.endswith("/episode_return")}
     if tasks:  # several tasks: each one's own
         ret_s = ", ".join(f"{k} {v:.4g}" for k, v in tasks.items())
     task = "".join(f" | {k[5:]} {v:.3g}" for k, v in m.items() if k.startswith("task/"))
+    diverged = m.get("unstable_envs") or 0  # the physics' own blow-ups: reset and counted
+    blowup = f" | {int(diverged)} envs diverged (physics; reset)" if diverged else ""
     return (f"it {int(m['iteration']):5d} | {m['env_steps'] / 1e6:7.2f}M steps | "
-            f"{rate:8,.0f} steps/s | return {ret_s}{task} | {fmt_duration(m['wall_s'])} "
-            f"elapsed, ETA {fmt_duration(left)}")
+            f"{rate:8,.0f} steps/s | return {ret_s}{task}{blowup} | "
+            f"{fmt_duration(m['wall_s'])} elapsed, ETA {fmt_duration(left)}")

@@ -21,7 +21,7 @@ import torch
 
 from trot.agents.checkpoint import Checkpoint, Counters, save_checkpoint
 from trot.agents.distributed import Comm
-from trot.agents.logger import RunLogger, progress_line
+from trot.agents.logger import RunLogger, Tee, WandbSink, progress_line
 from trot.agents.periodic_eval import PeriodicEval
 from trot.agents.modes import Distill
 from trot.agents.train_config import TrainConfig, to_json
@@ -163,10 +163,14 @@ def train(learner: Learner, run_dir: Path, wall_s: float = 0.0, quiet: bool = Fa
     quiet = quiet or not main  # rank 0 alone prints, logs and writes files
     if main:  # what a crashed writer left; a live writer's (a concurrent export) stays
         remove_stale_temps(run_dir)
+    sink = WandbSink(run_dir, learner.cfg.wandb, to_json(learner.cfg)) if (
+        main and learner.cfg.wandb) else None  # --wandb: the logs' rows to W&B as well
     logger = learner.open_logger(run_dir, Counters(learner.iteration, learner.env_steps,
                                                    wall_s)) if main else None
+    if sink is not None:
+        logger = Tee(logger, sink)
     if evaluation is None and main and learner.cfg.eval_every:
-        evaluation = PeriodicEval(run_dir, learner.cfg, learner.iteration)
+        evaluation = PeriodicEval(run_dir, learner.cfg, learner.iteration, sink)
     stop, clock = StopFlag(), _Clock(wall_s, learner.env_steps)
     closed = False  # whether the learner was told the run ends
     try:

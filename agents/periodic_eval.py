@@ -18,7 +18,7 @@ import torch
 from trot.core import faults
 from trot.agents.checkpoint import Counters
 from trot.agents.evaluate import EVAL_SEED, evaluate_policy
-from trot.agents.logger import CsvRows
+from trot.agents.logger import CsvRows, WandbSink
 from trot.agents.train_config import TrainConfig
 from trot.tasks.registry import get_task
 
@@ -30,12 +30,14 @@ CORE_COLUMNS = ("iteration", "env_steps", "wall_s", "mean_return", "std_return",
 class PeriodicEval:
     """eval.csv's writer, the loop's default `Evaluation` (agents/loop.py). `iteration` is
     where the run stands (its checkpoint's on resume): rows past it are dropped, as
-    metrics.csv's are (agents/logger.py's CsvRows)."""
+    metrics.csv's are (agents/logger.py's CsvRows). A `sink` (--wandb) gets each row too,
+    its names under eval/."""
 
     checkpoints = False  # eval.csv drops rows past the checkpoint on resume instead
 
-    def __init__(self, run_dir: Path, cfg: TrainConfig, iteration: int = 0):
-        self.cfg = cfg
+    def __init__(self, run_dir: Path, cfg: TrainConfig, iteration: int = 0,
+                 sink: WandbSink | None = None):
+        self.cfg, self.sink = cfg, sink
         self.task_cfg = cfg.env if cfg.env is not None else get_task(cfg.task).config
         self.rows = CsvRows(Path(run_dir) / EVAL_CSV, CORE_COLUMNS, iteration)
 
@@ -51,8 +53,9 @@ class PeriodicEval:
         with torch.random.fork_rng(devices=[]):
             r, _ = evaluate_policy(self.cfg.task, self.task_cfg, learner.policy(),
                                    self.cfg.eval_episodes, EVAL_SEED)
-        self.rows.append({"iteration": at.iteration, "env_steps": at.env_steps,
-                          "wall_s": at.wall_s} | {k: v for k, v in r.items()
-                                                  if k != "episodes" and
-                                                  not k.endswith("_second_half")})
+        row = {"iteration": at.iteration, "env_steps": at.env_steps, "wall_s": at.wall_s} | {
+            k: v for k, v in r.items() if k != "episodes" and not k.endswith("_second_half")}
+        self.rows.append(row)
+        if self.sink is not None:
+            self.sink.log(row, "eval/")
         faults.point("evaluated")  # the row is written; this iteration's checkpoint is not

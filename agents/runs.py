@@ -9,6 +9,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trot.agents.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from trot.agents.networks import ActorCritic
@@ -69,20 +70,28 @@ def run_config(run_dir: Path) -> TrainConfig:
     return load_json(path)
 
 
-def raise_budget(run_dir: Path, cfg: TrainConfig, env_steps: int, wall_s: float,
-                 max_env_steps: int | None, minutes: float | None,
-                 write: bool = True) -> TrainConfig:
-    """The resumed run's config `cfg` with new budgets (None: kept), saved to its
+RESUMABLE = ("max_env_steps", "minutes", "export", "eval_every", "eval_episodes",
+             "log_every", "checkpoint_every", "wandb")
+"""the settings a continued run takes anew (`trot train --resume RUN --FLAG V`); the
+budgets are the run's totals, not increments"""
+
+
+def continue_with(run_dir: Path, cfg: TrainConfig, env_steps: int, wall_s: float,
+                  changes: dict[str, Any], write: bool = True) -> TrainConfig:
+    """The resumed run's config `cfg` with `changes` (RESUMABLE settings), saved to its
     config.json (`write`: on rank 0) so that a later plain --resume keeps them. A budget
     the run has already spent (env_steps, wall_s) is refused: it would stop at once."""
-    if max_env_steps is not None and max_env_steps <= env_steps:
-        raise ValueError(f"--max-env-steps {max_env_steps} is not above the "
-                         f"{env_steps} env steps {run_dir} has done")
+    other = sorted(set(changes) - set(RESUMABLE))
+    if other:
+        raise ValueError(f"a resumed run takes anew only {', '.join(RESUMABLE)}; not {other}")
+    steps, minutes = changes.get("max_env_steps"), changes.get("minutes")
+    if steps is not None and steps <= env_steps:
+        raise ValueError(f"--max-env-steps {steps} is not above the {env_steps} env steps "
+                         f"{run_dir} has done: it is the run's total, not an increment "
+                         f"(for N more, give {env_steps} + N)")
     if minutes is not None and 0 < minutes * 60 <= wall_s:  # 0: no time limit
-        raise ValueError(f"--minutes {minutes} is not above the {wall_s / 60:.1f} "
-                         f"minutes {run_dir} has trained")
-    changes = {k: v for k, v in (("max_env_steps", max_env_steps), ("minutes", minutes))
-               if v is not None}
+        raise ValueError(f"--minutes {minutes} is not above the {wall_s / 60:.1f} minutes "
+                         f"{run_dir} has trained: it is the run's total, not an increment")
     cfg = dataclasses.replace(cfg, **changes)
     cfg.validate()  # e.g. negative minutes, before they are written
     if changes and write:

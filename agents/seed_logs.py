@@ -34,6 +34,7 @@ def seeds_progress_line(m: dict[str, float], k: int, cfg: TrainConfig) -> str:
     left = (cfg.max_env_steps - m["env_steps"]) / max(rate, 1e-9)
     if cfg.minutes > 0:
         left = min(left, 60 * cfg.minutes - m["wall_s"])
+    left = max(left, 0.0)  # past the budget in its last iteration: none left, not less
     ret = "-" if "episode_return/median" not in m else (
         f"{m['episode_return/median']:.2f} ({m['episode_return/min']:.2f} to "
         f"{m['episode_return/max']:.2f})")

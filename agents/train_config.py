@@ -57,6 +57,10 @@ class TrainConfig:
     """iterations between checkpoints (one is always written at the end)"""
     log_every: int = 5
     """iterations between progress lines"""
+    wandb: str = ""
+    """Weights & Biases project to log to as well (needs the wandb extra; empty: off): the
+    rows of metrics.csv and eval.csv, the config and curve.png, on rank 0; a resumed run
+    continues the same W&B run. WANDB_MODE=offline logs offline"""
     eval_every: int = 0
     """iterations between evaluations (0: none): with the training clock paused, the
     deterministic policy plays one episode in each of eval_episodes fresh envs (cpu backend,

@@ -162,16 +162,21 @@ class Trainer(OneRun):
         # e.g. the terrain curriculum's level
         task_m = {k: v.to(dev) for k, v in self.collector.task_metrics().items()}
         own = self.collector.metrics()  # e.g. the decoupled actors' policy lag
+        # the task's own NaN (tasks/nonfinite.py), for this sync: its source named after it
+        fault = self.env.nonfinite.fired().to(dev)
         names = list(stats) + ep_names + [f"task/{k}" for k in task_m] + list(own) + [
-            "finite", "steps"]
+            "finite", "nonfinite", "steps"]
         return names, torch.cat([torch.stack(list(stats.values())).double(), ep_vals.double(),
                                  *(v.double()[None] for v in [*task_m.values(),
                                                               *own.values()]),
-                                 finite.double()[None], steps.double()])
+                                 finite.double()[None], fault.double()[None],
+                                 steps.double()])
 
     def account(self, m: dict[str, float]) -> dict[str, float]:
         """The measured metrics `m` (plain floats) counted in: env steps and iterations,
         a NaN update undone; returns what the iteration logs."""
+        if m.pop("nonfinite"):  # found in the sync: the task's code made NaN, named now
+            raise self.env.nonfinite.error(f" (iteration {self.iteration + 1})")
         self.env_steps += int(m.pop("steps"))
         self.iteration += 1
         self._undo_if_nan(m.pop("finite") < 1.0)

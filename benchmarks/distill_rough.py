@@ -95,7 +95,7 @@ def run_phase(name: str, command: str, cfg: TrainConfig) -> None:
           f"{' (resumed)' if again else ''}", flush=True)
     try:
         if again:
-            learner, wall_s = resume(run_dir, minutes=cfg.minutes)
+            learner, wall_s = resume(run_dir, changes={"minutes": cfg.minutes})
         else:
             (learner, run_dir), wall_s = start(cfg), 0.0
     except ValueError as e:

@@ -9,9 +9,12 @@ difference above 1e-5 fails the export and nothing is written.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,10 +130,44 @@ def check_parity(onnx_path: Path, policy: DeployedPolicy, obs: np.ndarray,
     return report
 
 
+class _Quiet(logging.Filter):
+    """torch's exporter logs that torchvision's ops are skipped, four lines per export: a
+    policy never holds them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("torchvision is not installed")
+
+
+@contextlib.contextmanager
+def _exporter_noise_off():
+    """The export without the exporter's own noise, which no user can act on: torchvision's
+    skipped ops, and torch's FutureWarning from its own pytree (treespec). Every other
+    warning shows."""
+    log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    quiet = _Quiet()
+    log.addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`",
+                                    category=FutureWarning)
+            yield
+    finally:
+        log.removeFilter(quiet)
+
+
 def write_onnx(policy: DeployedPolicy, obs_dim: int, path: Path, metadata: str) -> None:
     """obs_dim: the width of the graph's obs input (history included)."""
     import onnx
 
+    with _exporter_noise_off():
+        _write_graph(policy, obs_dim, path)
+    model = onnx.load(str(path))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "trot", metadata
+    onnx.save(model, str(path))
+
+
+def _write_graph(policy: DeployedPolicy, obs_dim: int, path: Path) -> None:
     batch = torch.export.Dim("batch")
     width = 0 if policy.memory is None else policy.memory[1]
     example = (torch.zeros(2, obs_dim), *(torch.zeros(2, width) for _ in policy.state_names))
@@ -142,10 +179,6 @@ def write_onnx(policy: DeployedPolicy, obs_dim: int, path: Path, metadata: str) 
         opset_version=OPSET,
         dynamo=True, verbose=False)
     program.save(str(path))
-    model = onnx.load(str(path))
-    entry = model.metadata_props.add()
-    entry.key, entry.value = "trot", metadata
-    onnx.save(model, str(path))
 
 
 EXPORT_DEPS = ("onnx", "onnxruntime", "onnxscript")  # the `export` extra

@@ -13,14 +13,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from trot.sim.base import BatchedSim, sensor_slices
+from trot.sim.base import BatchedSim
 from trot.tasks import mirror
 from trot.tasks.base import Episode, Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
+from trot.tasks.nonfinite import NonFinite, column_pieces
 from trot.tasks.stats import EpisodeStats
-from trot.core.observation_kinds import KINDS
-from trot.tasks.observation import (ObsLayout, ObsPlan, build_obs, compile_layout, make_layout,
-                                    pool_columns)
+from trot.tasks.observation import ObsLayout, ObsPlan, build_obs, compile_terms
 
 
 def stack_history(prev: Tensor | None, frame: Tensor, fresh: Tensor | None, k: int) -> Tensor:
@@ -60,6 +59,10 @@ class Env:
         self._first_episodes_left = 0  # steps until every staggered first episode has ended
         self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
+        self.nonfinite = NonFinite(name, n, dev)  # the task's own NaN, traced to its piece
+        self.nonfinite.add("init", ["Task.initial_state (its qpos or qvel)"])
+        self.nonfinite.add("obs", column_pieces("policy", self.policy_layout.slots) + (
+            [] if self._shared_critic else column_pieces("critic", self.critic_layout.slots)))
         self.reward_terms: tuple[str, ...] = ()
         self.stats = EpisodeStats(n, 0, dev)
         # evaluation only: Task.eval_metrics of the state each step reached, before resets
@@ -133,37 +136,12 @@ class Env:
                 raise ValueError(f"{type(task).__name__}.{hook}() is empty: the network needs "
                                  "at least one observation term (trot.tasks.ObsTerm)")
         (self.policy_layout, self.critic_layout), self._pool_parts, \
-            (self._policy_plan, self._critic_plan) = self._compile(task.policy_terms(),
-                                                                   task.critic_terms())
+            (self._policy_plan, self._critic_plan) = compile_terms(
+                self, task.policy_terms(), task.critic_terms())
         # the policy sees its last `history` frames, oldest first: obs_dim = history * frame
         self.history = int(task.config.obs_history)
         self.frame_dim, self.critic_obs_dim = self.policy_layout.dim, self.critic_layout.dim
         self.obs_dim = self.history * self.frame_dim
-
-    def _compile(self, *term_sets: tuple) -> tuple[list, list, list]:
-        """For each set of terms its layout and plan, over one pool of the sources they
-        read: one block per source, in order of first use; getters read at every call
-        (backends may replace their tensors). Returns (layouts, pool getters, plans)."""
-        m = self.sim.model
-        slices = sensor_slices(m)
-        dims = {k: s.size for k, s in slices.items()}
-        ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
-        layouts = [make_layout(terms, dims, self.task.command_dim, self.action_dim)
-                   for terms in term_sets]
-        sources: dict[str, tuple[int, Callable[[], Tensor]]] = {}
-        for t in (t for terms in term_sets for t in terms):
-            kind = KINDS[t.kind]
-            key = kind.pool(t)
-            if key not in sources:
-                sources[key] = kind.source(self, t)
-            size = sources[key][0]
-            if (kind.named_field or kind.extent) and not 0 <= t.start < t.stop <= size:
-                raise ValueError(f"observation term {t.name!r}: [start, stop) = "
-                                 f"[{t.start}, {t.stop}) is not within the {size} values "
-                                 f"of {t.field if kind.named_field else t.kind!r}")
-        cols = pool_columns({k: size for k, (size, _) in sources.items()})
-        plans = [compile_layout(lay, ranges, cols, self.device) for lay in layouts]
-        return layouts, [get for _, get in sources.values()], plans
 
     def observer(self, terms: tuple) -> tuple[ObsLayout, Callable[[], Tensor]]:
         """Another set of observation terms (a teacher's, agents/distill.py) read from this
@@ -171,7 +149,7 @@ class Env:
         env cannot provide (a sensor its model lacks, a source its task does not keep) is
         a ValueError naming it."""
         try:
-            (layout,), parts, (plan,) = self._compile(tuple(terms))
+            (layout,), parts, (plan,) = compile_terms(self, tuple(terms))
         except (KeyError, AttributeError, ValueError) as e:
             msg = e.args[0] if e.args else type(e).__name__
             raise ValueError(f"task {self.name!r} cannot provide these observation terms: "
@@ -227,6 +205,8 @@ class Env:
         m, n, dev = self.sim.model, self.num_envs, self.device
         checked_output("Task.initial_state's qpos", qpos, (n, m.nq), torch.float32, dev)
         checked_output("Task.initial_state's qvel", qvel, (n, m.nv), torch.float32, dev)
+        bad = mask & ~(qpos.isfinite().all(1) & qvel.isfinite().all(1))  # [N]
+        self.nonfinite.note("init", bad.any()[None], bad)
         self.task.randomize(self.sim, mask, self.gen)  # before the reset's forward
         self.sim.reset(mask, qpos, qvel)
         self.task.on_reset(self.sim, mask, self.gen)
@@ -264,6 +244,7 @@ class Env:
         noise = self._draw_noise()
         prev = self.obs.policy
         frame = self._observe(noise)
+        self._note_nonfinite(frame)
         final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
         reward, terms = self._reward(self.sim, action)
         terminated = self._terminated(self.sim)
@@ -285,8 +266,17 @@ class Env:
         # noise draw), so the fresh observation is the step's observation for every env
         frame = self._observe(noise)
         self.obs = Observation(self._stacked(prev, frame.policy, done), frame.critic)
+        self.nonfinite.tick()
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})
+
+    def _note_nonfinite(self, frame: Observation) -> None:
+        """Observation columns the task's terms made non-finite (the pool's own NaN, a
+        diverged env's, read as 0 before the terms apply: those are not the task's)."""
+        bad = ~frame.policy.isfinite()  # [N, P]
+        if not self._shared_critic:
+            bad = torch.cat([bad, ~frame.critic.isfinite()], 1)  # [N, P + C]
+        self.nonfinite.note("obs", bad.any(0), bad.any(1))
 
     def _check_outputs(self, reward: Tensor, terms: dict[str, Tensor], terminated: Tensor
                        ) -> None:
@@ -309,8 +299,14 @@ class Env:
             self.stats = EpisodeStats(self.num_envs, len(terms), self.device)
             self.stats.counted.copy_(old.counted)
             self.stats.all_counted = old.all_counted
+        if "reward" not in self.nonfinite.groups:
+            self._watch_rewards()
         this_step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
         # [N, 2 + K]
+        bad = ~this_step.isfinite()  # a diverged env's rewards are the physics', not the task's
+        bad = bad if unstable is None else bad & ~unstable[:, None]
+        self.nonfinite.note("reward", torch.cat([bad[:, :1].any(0), bad[:, 2:].any(0)]),
+                            bad.any(1))
         this_step = this_step.nan_to_num_(0.0, 0.0, 0.0)
         if unstable is not None:
             this_step = torch.where(unstable[:, None], self.stats.unstable_step, this_step)
@@ -336,6 +332,8 @@ class Env:
             # numpy's sum of the host memory costs less than torch's sum and item
             host = (action.detach() if action.requires_grad else action).numpy()
             if not math.isfinite(host.sum()) and not bool(torch.isfinite(action).all()):
+                if bool(self.nonfinite.fired()):  # the policy read the task's own NaN
+                    raise self.nonfinite.error(", before the NaN reached the actions")
                 bad = (~torch.isfinite(action).all(dim=-1)).nonzero().flatten().tolist()
                 raise ValueError(f"action contains NaN or Inf in envs {bad[:10]}; actions "
                                  "must be finite values in [-1, 1]")
@@ -344,6 +342,11 @@ class Env:
         finite = torch.isfinite(action).all(dim=-1)  # [N]
         action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
         return action, ~finite
+
+    def _watch_rewards(self) -> None:
+        """The reward's pieces, once its terms are known (the first step, or a load)."""
+        self.nonfinite.add("reward", ["Task.reward (its total)"] + [
+            f"reward term {k!r}" for k in self.reward_terms])
 
     def pop_stats(self) -> tuple[list[str], Tensor]:
         """The episode statistics since the last call, as names and one device vector
@@ -365,6 +368,7 @@ class Env:
             "running": [self.stats.running.clone(), self.stats.counted.clone()],
             "reward_terms": list(self.reward_terms),
             "obs": None if self.obs is None else (self.obs.policy.clone(), self.obs.critic.clone()),
+            "nonfinite": self.nonfinite.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -374,6 +378,9 @@ class Env:
         self.last_action.copy_(state["last_action"])
         self.gen.set_state(state["gen"])
         self.reward_terms = tuple(state["reward_terms"])
+        self.nonfinite.load_state_dict(state["nonfinite"])
+        if self.reward_terms:
+            self._watch_rewards()
         self.stats = EpisodeStats(self.num_envs, len(self.reward_terms), self.device)
         table, width = state["running"], self.stats.running.shape[1]  # [N, 3 + K]
         if len(table) != 2 or table[0].shape[-1] != width:  # older layouts: refused, never

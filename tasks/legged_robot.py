@@ -12,6 +12,10 @@ PD gains: the MJCF's position actuators are used as they are, unless the descrip
 `kp`/`kd`, which then win for every policy joint (and a joint without an actuator gets a
 position actuator, which needs them). Actuators are put in policy order, so an action's
 index is its actuator's. The exported policy.json carries the gains the sim used.
+
+The mirror's signs are checked against the model (`check_mirror`, run by `prepare` for every
+robot a task builds): symmetry augmentation trains on mirrored transitions, and a wrong sign
+there made wrong mirror images, silently.
 """
 
 from __future__ import annotations
@@ -19,11 +23,21 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import mujoco
+import numpy as np
 
 from trot.tasks.robots import load_robot
+
+MIRROR_ANCHOR_TOL = 0.02
+"""m a joint's anchor may sit from its mirror joint's reflected anchor (home pose, base
+frame): the shipped models' left and right differ by millimetres, a wrong pair by decimetres"""
+MIRROR_AXIS_TOL = 1e-3
+"""1 - |cos| accepted between a mirror joint's axis and the reflected axis (about 2.6 deg):
+beyond it the axes are neither parallel nor antiparallel and the sign has no clear answer"""
+_FLIP = np.array([1.0, -1.0, 1.0])  # reflection through the base's x-z plane: y -> -y
 
 TOUCH_MARGIN = 0.006
 """m added to a geom's radius / half-sizes for the touch site around it: contact points lie
@@ -151,6 +165,80 @@ def check(robot: LeggedRobot, spec: mujoco.MjSpec) -> None:
                              "0): its ground contact could never be seen")
     if robot.mirror:
         robot.mirror_map()
+        check_mirror(robot, spec.copy().compile())
+
+
+def _base_frame(robot: LeggedRobot, m: mujoco.MjModel) -> mujoco.MjData:
+    """The model at the home pose with the base level (the reflection is about the base's
+    x-z plane, so a tilted home would tilt it)."""
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, mujoco.mj_name2id(m, _OBJ.mjOBJ_KEY, robot.home))
+    base = mujoco.mj_name2id(m, _OBJ.mjOBJ_BODY, robot.base)
+    adr = m.jnt_qposadr[m.body_jntadr[base]]  # its free joint (check() saw one)
+    d.qpos[adr + 3:adr + 7] = [1.0, 0.0, 0.0, 0.0]
+    mujoco.mj_kinematics(m, d)
+    return d
+
+
+def mirror_signs(robot: LeggedRobot, m: mujoco.MjModel) -> tuple[float, ...]:
+    """The sign each pair of `robot.mirror` must have, from the model's joint axes at the
+    home pose with the base level, in the base frame: a hinge's axis reflects as an axial
+    vector, M a = (-a_x, a_y, -a_z), a slide's as a polar one, (a_x, -a_y, a_z); the sign is
+    +1 where the mirror joint's axis is M a, -1 where it is -M a. A pair that is not a mirror
+    image (anchors apart, axes not parallel, other joint types) has no sign: refused."""
+    d = _base_frame(robot, m)
+    base = mujoco.mj_name2id(m, _OBJ.mjOBJ_BODY, robot.base)
+    rot, origin = d.xmat[base].reshape(3, 3), d.xpos[base]
+    kinds = {mujoco.mjtJoint.mjJNT_HINGE: -1.0, mujoco.mjtJoint.mjJNT_SLIDE: 1.0}
+    out = []
+    for a, b, _ in robot.mirror:
+        ids = [mujoco.mj_name2id(m, _OBJ.mjOBJ_JOINT, x) for x in (a, b)]
+        types = [mujoco.mjtJoint(int(m.jnt_type[i])) for i in ids]
+        if any(t not in kinds for t in types) or types[0] != types[1]:
+            kind = [t.name.removeprefix("mjJNT_").lower() for t in types]
+            raise ValueError(f"mirror pair ({a}, {b}) joins a {kind[0]} and a {kind[1]} "
+                             "joint; accepted: hinge with hinge, slide with slide")
+        pa, pb = (rot.T @ (d.xanchor[i] - origin) for i in ids)
+        xa, xb = (rot.T @ d.xaxis[i] for i in ids)
+        apart = float(np.linalg.norm(pb - _FLIP * pa))
+        if apart > MIRROR_ANCHOR_TOL:
+            raise ValueError(
+                f"mirror pair ({a}, {b}): the anchors are not mirror images: {a} at "
+                f"{_vec(pa)} reflects to {_vec(_FLIP * pa)}, {b} is at {_vec(pb)}, "
+                f"{apart * 100:.1f} cm apart (accepted: {MIRROR_ANCHOR_TOL * 100:g} cm; base "
+                f"frame at home pose {robot.home!r})")
+        reflected = kinds[types[0]] * _FLIP * xa
+        cos = float(np.dot(xb, reflected))
+        if 1.0 - abs(cos) > MIRROR_AXIS_TOL:
+            raise ValueError(
+                f"mirror pair ({a}, {b}): the axes are neither parallel nor antiparallel, so "
+                f"the sign has no clear answer: {a}'s axis {_vec(xa)} reflects to "
+                f"{_vec(reflected)}, {b}'s axis is {_vec(xb)} ({_degrees(cos):.1f} deg from "
+                "either; base frame at home pose)")
+        out.append(1.0 if cos > 0 else -1.0)
+    return tuple(out)
+
+
+def check_mirror(robot: LeggedRobot, m: mujoco.MjModel) -> None:
+    """Refuse declared signs the axes contradict: augmentation would otherwise train on
+    wrong mirror images, silently."""
+    wrong = [f"pair ({a}, {b}) declares sign {sign:+g}, its axes imply {want:+g}"
+             for (a, b, sign), want in zip(robot.mirror, mirror_signs(robot, m))
+             if sign != want]
+    if wrong:
+        raise ValueError(f"the mirror of {Path(robot.mjcf).name} contradicts its joint axes: "
+                         f"{'; '.join(wrong)}. Declare the implied signs (a hinge about x or z "
+                         "flips, -1; one about y keeps, +1; axes read at home pose "
+                         f"{robot.home!r}, base level, in the base frame)")
+
+
+def _vec(v: np.ndarray) -> str:
+    return "(" + ", ".join(f"{round(float(x), 3) + 0.0:.3f}" for x in v) + ")"
+
+
+def _degrees(cos: float) -> float:
+    """The angle between two axes, taken as lines (0..90 deg)."""
+    return math.degrees(math.acos(min(1.0, abs(cos))))
 
 
 def prepare(robot: LeggedRobot) -> mujoco.MjSpec:

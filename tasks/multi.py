@@ -22,6 +22,7 @@ from torch import Tensor
 
 from trot.tasks.base import Observation, StepResult
 from trot.tasks.env import Env
+from trot.tasks.nonfinite import AnyOf
 
 
 def split_envs(num_envs: int, shares: Sequence[float]) -> list[int]:
@@ -102,6 +103,11 @@ class MultiEnv:
                                       ("reward", "terminated", "truncated")),
                           self._joined([r.final_obs for r in res]),
                           {"unstable": sum(r.metrics["unstable"] for r in res)})
+
+    @property
+    def nonfinite(self) -> AnyOf:
+        """Every task's record of its own NaN (tasks/nonfinite.py) as one."""
+        return AnyOf([e.nonfinite for e in self.envs])
 
     def pop_stats(self) -> tuple[list[str], Tensor]:
         """Every task's episode statistics under its name (`NAME/episode_return`, ...),

@@ -15,12 +15,15 @@ The robot runner (export/runner.py) refuses `data` and `param` terms: no robot m
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from trot.core.observation_kinds import KINDS, Sizes
+from trot.sim.base import sensor_slices
 
 SOURCE_KINDS: tuple[str, ...] = tuple(KINDS)  # one definition each: trot/core/observation_kinds.py
 
@@ -66,6 +69,15 @@ class ObsTerm:
     terms lack"""
 
     def __post_init__(self) -> None:
+        where = f"observation term {self.name!r}"
+        check_number(where, "scale", self.scale)
+        check_number(where, "noise", self.noise, low=0.0)
+        check_numbers(where, "offset", self.offset, "(0.1, 0.2) or (), one per value")
+        check_numbers(where, "clip", self.clip, "(low, high) with low <= high, or ()", size=2)
+        if self.clip and self.clip[0] > self.clip[1]:
+            raise ValueError(f"{where}: clip {self.clip} has low > high; accepted: (low, "
+                             "high) with low <= high")
+        check_numbers(where, "mirror", self.mirror, "(1, -1, ...) one sign per value, or ()")
         if self.kind not in SOURCE_KINDS:
             raise ValueError(f"observation term {self.name!r}: unknown source {self.kind!r}; "
                              f"accepted: {', '.join(SOURCE_KINDS)}")
@@ -87,6 +99,28 @@ class ObsTerm:
         if (self.kind == "clock") != (self.period > 0):
             raise ValueError(f"observation term {self.name!r}: kind='clock' needs a period "
                              f"> 0 (s), and only it takes one; got {self.period}")
+
+
+def check_number(where: str, name: str, value: object, low: float = -math.inf) -> None:
+    """A ValueError naming `where` and `name` unless value is a finite real >= low."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            not math.isfinite(value) or value < low:
+        want = "a finite number" + ("" if low == -math.inf else f" >= {low:g}")
+        raise ValueError(f"{where}: {name} must be {want}, got {value!r}")
+
+
+def check_numbers(where: str, name: str, values: object, form: str, size: int | None = None
+            ) -> None:
+    """A ValueError naming `where`, `name` and the accepted `form` unless values is a tuple
+    (or list) of finite reals (of `size` entries, where given; empty is always accepted)."""
+    ok = isinstance(values, (tuple, list)) and (not values or size is None or
+                                                 len(values) == size)
+    if ok:
+        for v in values:
+            check_number(where, name, v)
+    else:
+        raise ValueError(f"{where}: {name} must be a tuple of numbers, e.g. {form}; got "
+                         f"{values!r}")
 
 
 @dataclass(frozen=True)
@@ -188,3 +222,30 @@ def build_obs(plan: ObsPlan, pool: Tensor, u: Tensor | None = None) -> Tensor:
     if u is not None and plan.noisy:
         x = torch.addcmul(x, u.mul(2.0).sub_(1.0), plan.noise)
     return x
+
+
+def compile_terms(env, *term_sets: tuple) -> tuple[list, list, list]:
+    """For each set of terms its layout and plan over one pool of the sources they read
+    in `env` (tasks/env.py's Env: its sim, task and state): one block per source, in order
+    of first use; getters read at every call (backends may replace their tensors).
+    Returns (layouts, pool getters, plans)."""
+    m = env.sim.model
+    slices = sensor_slices(m)
+    dims = {k: s.size for k, s in slices.items()}
+    ranges = {k: (s.start, s.start + s.size) for k, s in slices.items()}
+    layouts = [make_layout(terms, dims, env.task.command_dim, env.action_dim)
+               for terms in term_sets]
+    sources: dict[str, tuple[int, Callable[[], Tensor]]] = {}
+    for t in (t for terms in term_sets for t in terms):
+        kind = KINDS[t.kind]
+        key = kind.pool(t)
+        if key not in sources:
+            sources[key] = kind.source(env, t)
+        size = sources[key][0]
+        if (kind.named_field or kind.extent) and not 0 <= t.start < t.stop <= size:
+            raise ValueError(f"observation term {t.name!r}: [start, stop) = "
+                             f"[{t.start}, {t.stop}) is not within the {size} values "
+                             f"of {t.field if kind.named_field else t.kind!r}")
+    cols = pool_columns({k: size for k, (size, _) in sources.items()})
+    plans = [compile_layout(lay, ranges, cols, env.device) for lay in layouts]
+    return layouts, [get for _, get in sources.values()], plans

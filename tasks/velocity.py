@@ -34,7 +34,7 @@ from trot.tasks.gait import GaitTracker
 from trot.tasks.legged_config import LeggedConfig
 from trot.tasks.legged_robot import LeggedRobot
 from trot.tasks.mirror import Mirror
-from trot.tasks.observation import ObsTerm
+from trot.tasks.observation import ObsTerm, check_number
 from trot.tasks.terms import terminations as term_end
 from trot.tasks.terms.body import Body, Step
 from trot.tasks.terms.clock import GaitClock
@@ -62,6 +62,12 @@ class Reward:
     once: bool = False
     """added as weight x value, not per second and after the only_positive_rewards clip
     (the termination penalty: a fall must cost even when the clip leaves nothing to lose)"""
+
+    def __post_init__(self) -> None:
+        check_number(f"reward term {self.name!r}", "weight", self.weight)
+        if not callable(self.fn):
+            raise ValueError(f"reward term {self.name!r}: fn must be a function of the step "
+                             f"(Step -> [N]) or a Term class, got {self.fn!r}")
 
 
 def failed(s: Step) -> Tensor:

@@ -1,6 +1,6 @@
 """The generic legged velocity task over robot descriptions (tasks/legged.py,
-tasks/legged_robot.py): mirrors checked against the model's geometry, an external MJCF with other names, bad descriptions,
-the runner's joint order."""
+tasks/legged_robot.py): mirrors checked against the model's geometry at build, an external
+MJCF with other names, bad descriptions, the runner's joint order."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from trot.tasks.go2 import GO2
 from trot.tasks.legged_config import LeggedConfig
 from trot.tasks.locomotion import flat
 from trot.tasks.velocity import Velocity
-from trot.tasks.legged_robot import LeggedRobot, prepare
+from trot.tasks.legged_robot import LeggedRobot, mirror_signs, prepare
 
 DATA = Path(__file__).parent / "data"
 EXTERNAL = DATA / "other_quadruped.xml"
@@ -42,40 +42,125 @@ def _task(robot: LeggedRobot) -> Velocity:
     return flat(robot)
 
 
-@pytest.mark.parametrize("robot", [GO1, GO2, G1, _external()],
-                         ids=["go1", "go2", "g1", "external"])
-def test_mirror_matches_the_model_geometry(robot):
-    """Each joint's mirror sits at its reflected anchor (y -> -y) and its sign follows from
-    the axes: reflecting a rotation about a by angle q gives one about M a by -q, so the
-    mirror joint's angle is -q where its axis is M a and +q where it is -M a."""
-    m = prepare(robot).compile()
+def _mirror_misses(robot: LeggedRobot, m: mujoco.MjModel, signs, seed: int = 0) -> list[str]:
+    """The bodies a mirrored pose does not put at their mirror images, found by MuJoCo's
+    forward kinematics alone (no axis rule): the policy joints at q (home +- 0.2..0.5 rad)
+    and at q'[i] = signs[i] * q[perm[i]], base level; under q' each policy joint's body
+    (origin and centre of mass, base frame) must sit at the reflection y -> -y of its mirror
+    body's under q. A wrong sign turns a limb the other way: centimetres off."""
+    perm, _ = robot.mirror_map()
+    rng = np.random.default_rng(seed)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY,
                                                         robot.home))
+    adr = [m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j)]
+           for j in robot.joints]
+    bodies = [m.jnt_bodyid[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j)]
+              for j in robot.joints]
+    base = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.base)
+    q = d.qpos[adr] + rng.uniform(0.2, 0.5, len(adr)) * rng.choice([-1.0, 1.0], len(adr))
     d.qpos[3:7] = [1, 0, 0, 0]  # level base: the reflection is about the base's x-z plane
-    mujoco.mj_kinematics(m, d)
+
+    def pose(angles) -> np.ndarray:  # [joints, 2, 3] body origin and COM, base frame
+        d.qpos[adr] = angles
+        mujoco.mj_kinematics(m, d)
+        rel = np.stack([d.xpos[bodies], d.xipos[bodies]], 1) - d.xpos[base]
+        return rel @ d.xmat[base].reshape(3, 3)
+
+    here, mirrored = pose(q), pose(np.asarray(signs) * q[list(perm)])
     flip = np.array([1.0, -1.0, 1.0])
-    perm, signs = robot.mirror_map()
-    base = d.xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, robot.base)]
-    for i, j in enumerate(robot.joints):
-        a = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, j)
-        b = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, robot.joints[perm[i]])
-        # anchors at the home pose differ where the legs' angles do (hip roll); compare the
-        # joints' positions in the zero pose of their parent chain: the body frames
-        anchor_a = d.xpos[m.jnt_bodyid[a]] - base
-        anchor_b = d.xpos[m.jnt_bodyid[b]] - base
-        assert np.allclose(anchor_b, flip * anchor_a, atol=0.02), (j, robot.joints[perm[i]])
-        axis_a, axis_b = d.xaxis[a], d.xaxis[b]
-        dot = float(np.dot(axis_b, flip * axis_a))
-        assert abs(abs(dot) - 1.0) < 1e-6  # the mirror's axis is +-M a
-        assert signs[i] == -round(dot), f"mirror sign of {j}"
-    assert all(perm[p] == i for i, p in enumerate(perm))  # an involution
+    return [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, bodies[i])
+            for i in range(len(bodies))
+            if np.abs(mirrored[i] - flip * here[perm[i]]).max() > 5e-3]
 
 
-def test_a_wrong_mirror_is_caught_by_the_geometry_check():
+@pytest.mark.parametrize("robot", [GO1, GO2, G1, _external()],
+                         ids=["go1", "go2", "g1", "external"])
+def test_mirror_matches_the_model_geometry(robot):
+    """The build's check (legged_robot.mirror_signs: the axes' reflection) implies the
+    declared signs; the reference, independent of that rule, is the kinematics: the
+    declared signs mirror every body of a random pose."""
+    m = prepare(robot).compile()  # prepare checks the mirror; here the signs are compared
+    assert mirror_signs(robot, m) == tuple(float(sign) for _, _, sign in robot.mirror)
+    assert _mirror_misses(robot, m, robot.mirror_map()[1]) == []
+
+
+def test_a_wrong_mirror_is_refused_at_build_and_missed_by_the_kinematics():
+    """GO1 with every sign +1: the build names both hip pairs, and the independent
+    kinematic reference sees the hips' children turned the wrong way."""
     wrong = dataclasses.replace(GO1, mirror=tuple((a, b, 1.0) for a, b, _ in GO1.mirror))
-    with pytest.raises(AssertionError, match="mirror sign of FR_hip"):
-        test_mirror_matches_the_model_geometry(wrong)
+    with pytest.raises(ValueError, match=r"pair \(FR_hip, FL_hip\) declares sign \+1, its "
+                                         r"axes imply -1; pair \(RR_hip, RL_hip\)"):
+        prepare(wrong)
+    m = prepare(GO1).compile()
+    misses = _mirror_misses(GO1, m, [1.0] * len(GO1.joints))
+    assert {"FR_thigh", "FL_thigh", "RR_thigh", "RL_thigh"} <= set(misses)
+
+
+def test_a_quadruped_with_one_hip_sign_wrong_is_refused_at_build():
+    """Issue 73: a wrong sign was accepted, and symmetry augmentation trained on wrong
+    mirror images. Now the task's build names the pair, its sign and the axes' sign; the
+    shipped robots build with the signs they declare."""
+    mirror = tuple((a, b, 1.0 if a == "LH_HAA" else sign) for a, b, sign in _external().mirror)
+    with pytest.raises(ValueError, match=r"other_quadruped.xml contradicts its joint axes: "
+                                         r"pair \(LH_HAA, RH_HAA\) declares sign \+1, its axes "
+                                         r"imply -1\. Declare the implied signs"):
+        _task(_external(mirror=mirror))(LeggedConfig()).build()
+    for robot in (GO1, GO2, G1):
+        _task(robot)(LeggedConfig()).build()
+
+
+def _edited(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    xml = EXTERNAL.read_text()
+    for old, new in edits:
+        assert old in xml
+        xml = xml.replace(old, new)
+    (tmp_path / "edited.xml").write_text(xml)
+    return tmp_path / "edited.xml"
+
+
+# a yaw joint on the symmetry plane (a tail, the torso's last child), mirrored to itself
+_TAIL_BODY = ('<body name="tail" pos="-0.32 0 0"><joint name="tail_yaw" axis="0 0 1"/>'
+              '<geom size="0.02" mass="0.1"/></body>')
+TAIL = (("    </body>\n  </worldbody>", f"      {_TAIL_BODY}\n    </body>\n  </worldbody>"),
+        ('-0.6 1.2"\n', '-0.6 1.2 0"\n'), ('-0.6 1.2"/>', '-0.6 1.2 0"/>'),
+        ("</actuator>", '<position name="tail_yaw" joint="tail_yaw"/></actuator>'))
+_RF_HAA = '<joint name="RF_HAA" class="HAA"/>'
+_RF_HIP = '<body name="RF_hip" pos="0.25 -0.1 0">'
+# both abductions made slides along x: a direction reflects as a polar vector, x keeps (+1)
+SLIDES = tuple((f'<joint name="{leg}_HAA" class="HAA"/>',
+                f'<joint name="{leg}_HAA" class="HAA" type="slide" range="-0.1 0.1"/>')
+               for leg in ("LF", "RF"))
+
+
+@pytest.mark.parametrize("edits, mirror, message", [
+    (TAIL, (("tail_yaw", "tail_yaw", 1.0),),
+     r"pair \(tail_yaw, tail_yaw\) declares sign \+1, its axes imply -1"),
+    (((_RF_HAA, _RF_HAA.replace("/>", ' axis="0 0 1"/>')),), (),
+     (r"mirror pair \(LF_HAA, RF_HAA\): the axes are neither parallel nor antiparallel, .*"
+      r"LF_HAA's axis \(1.000, 0.000, 0.000\) reflects to \(-1.000, 0.000, 0.000\), "
+      r"RF_HAA's axis is \(0.000, 0.000, 1.000\) \(90.0 deg")),
+    (((_RF_HIP, _RF_HIP.replace("-0.1", "-0.15")),), (),
+     (r"mirror pair \(LF_HAA, RF_HAA\): the anchors are not mirror images: LF_HAA at "
+      r"\(0.250, 0.100, 0.000\) reflects to \(0.250, -0.100, 0.000\), RF_HAA is at "
+      r"\(0.250, -0.150, 0.000\), 5.0 cm apart \(accepted: 2 cm")),
+    (((_RF_HAA, _RF_HAA.replace("/>", ' type="slide"/>')),), (),
+     (r"mirror pair \(LF_HAA, RF_HAA\) joins a hinge and a slide joint; accepted: hinge "
+      r"with hinge, slide with slide")),
+    (SLIDES, (), r"pair \(LF_HAA, RF_HAA\) declares sign -1, its axes imply \+1"),
+], ids=["self-mirrored-yaw", "axes-not-parallel", "anchors-apart", "hinge-with-slide",
+        "slides"])
+def test_mirror_pairs_that_are_not_mirror_images_are_refused(tmp_path, edits, mirror,
+                                                             message):
+    robot = _external(mjcf=_edited(tmp_path, *edits))
+    if mirror:
+        robot = dataclasses.replace(robot, joints=robot.joints + ("tail_yaw",),
+                                    mirror=robot.mirror + mirror)
+    with pytest.raises(ValueError, match=message):
+        prepare(robot)
+    if mirror:  # the sign the axes imply is accepted
+        prepare(dataclasses.replace(robot, mirror=robot.mirror[:-1] + (
+            ("tail_yaw", "tail_yaw", -1.0),)))
 
 
 def test_external_mjcf_with_other_names_and_order_trains_a_step():

@@ -7,9 +7,11 @@ once it has checked that libOSMesa loads, and these tests then fail instead of s
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
@@ -25,6 +27,7 @@ from trot.agents.learners import start
 from trot.cli import main as cli_main
 from trot.agents.train_config import TrainConfig
 from trot.play import PlayArgs, make_camera, overlay_lines, render_model, render_run
+from trot.tasks import ObsTerm, Task, TaskConfig, register, registry
 
 TASK = "cartpole-balance"
 REQUIRE_GL = "TROT_REQUIRE_GL"
@@ -38,14 +41,20 @@ def _gl_problem() -> str | None:
     return None if p.returncode == 0 else (p.stderr.strip().splitlines() or ["?"])[-1]
 
 
+def gl_problem() -> str | None:
+    """Why no OpenGL backend loads here, None where one does; a test failure instead where
+    TROT_REQUIRE_GL=1 (CI). The other adapters' tests render through this too."""
+    problem = _gl_problem()
+    if problem is not None and os.environ.get(REQUIRE_GL) == "1":
+        pytest.fail(f"{REQUIRE_GL}=1 but no OpenGL backend loads: {problem}")
+    return problem
+
+
 @pytest.fixture(scope="module")
 def gl() -> None:
-    problem = _gl_problem()
-    if problem is None:
-        return
-    if os.environ.get(REQUIRE_GL) == "1":
-        pytest.fail(f"{REQUIRE_GL}=1 but no OpenGL backend loads: {problem}")
-    pytest.skip(f"no OpenGL backend loads ({problem})")
+    problem = gl_problem()
+    if problem is not None:
+        pytest.skip(f"no OpenGL backend loads ({problem})")
 
 
 def _not_blank(frame: np.ndarray) -> None:
@@ -54,18 +63,23 @@ def _not_blank(frame: np.ndarray) -> None:
     assert len(np.unique(frame.reshape(-1, 3), axis=0)) > 20, "only a few colours"
 
 
-@pytest.fixture(scope="module")
-def fresh_run(tmp_path_factory) -> Path:
-    """A cartpole run directory holding a freshly initialized (untrained) policy."""
-    base = tmp_path_factory.mktemp("play")
+def new_run(task: str, run_dir: Path, hidden: tuple[int, ...] = (16, 16)) -> Path:
+    """A run directory of `task` holding a freshly initialized (untrained) policy; torch's
+    thread count and RNG are left as they were."""
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    agent = dataclasses.replace(PPOConfig(), actor_hidden=(16, 16), critic_hidden=(16, 16))
-    cfg = TrainConfig(task=TASK, num_envs=4, run_dir=str(base / "run"), agent=agent)
-    trainer, run_dir = start(cfg)
+    agent = dataclasses.replace(PPOConfig(), actor_hidden=hidden, critic_hidden=hidden)
+    trainer, run_dir = start(TrainConfig(task=task, num_envs=4, run_dir=str(run_dir),
+                                         agent=agent))
     save(trainer, run_dir)
     torch.set_num_threads(threads)
     torch.set_rng_state(rng)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory) -> Path:
+    """A cartpole run directory holding a freshly initialized (untrained) policy."""
+    return new_run(TASK, tmp_path_factory.mktemp("play") / "run")
 
 
 def test_cli_writes_gif_and_mp4_headless(gl, fresh_run, tmp_path):
@@ -173,3 +187,145 @@ def test_play_on_the_terrain_course_skips_to_a_later_tile(gl, tmp_path):
     assert len(first) == len(later) and not np.array_equal(first[0], later[0])
     train, _, _ = render_run(run_dir, dataclasses.replace(args, course=False))
     assert not np.array_equal(train[0], first[0])
+
+
+REACHER = """
+<mujoco model="reacher">
+  <option timestep="0.01"/>
+  <worldbody>
+    <light pos="0 0 2"/>
+    <geom name="floor" type="plane" size="0 0 0.05" rgba="0.85 0.85 0.85 1"/>
+    <body name="upper" pos="0 0 0.02">
+      <joint name="shoulder" type="hinge" axis="0 0 1" damping="0.01"/>
+      <geom name="upper" type="capsule" fromto="0 0 0 0.1 0 0" size="0.01" rgba="0.1 0.2 1 1"/>
+      <body name="lower" pos="0.1 0 0">
+        <joint name="elbow" type="hinge" axis="0 0 1" damping="0.01"/>
+        <geom name="lower" type="capsule" fromto="0 0 0 0.1 0 0" size="0.01"
+              rgba="0.1 1 0.2 1"/>
+      </body>
+    </body>
+    <body name="target" pos="0 0 0.02">
+      <joint name="target_x" type="slide" axis="1 0 0"/>
+      <joint name="target_y" type="slide" axis="0 1 0"/>
+      <geom name="target" type="sphere" size="0.02" rgba="1 0.1 0.1 1" contype="0"
+            conaffinity="0"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="shoulder" gear="0.05" ctrlrange="-1 1"/>
+    <motor joint="elbow" gear="0.05" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+
+@dataclass(frozen=True)
+class ReacherConfig(TaskConfig):
+    episode_seconds: float = 1.0
+    substeps: int = 2
+
+
+class Reacher(Task[ReacherConfig]):
+    """A user's 2-link arm and its target, neither where qpos0 has them: each reset turns
+    the arm to point along -x and puts the target 0.5 m out along +x (slide joints)."""
+
+    def build(self) -> mujoco.MjSpec:
+        return mujoco.MjSpec.from_string(REACHER)
+
+    def policy_terms(self):
+        return (ObsTerm("qpos", "qpos", start=0, stop=4), ObsTerm("qvel", "qvel", start=0,
+                                                                   stop=2))
+
+    def initial_state(self, sim, gen):
+        qpos = torch.zeros(sim.num_envs, 4, device=sim.device)
+        qpos[:, 0], qpos[:, 2] = math.pi, 0.5
+        return qpos, torch.zeros(sim.num_envs, 4, device=sim.device)
+
+    def reward(self, sim, action):
+        r = -torch.linalg.norm(sim.qpos[:, :2] - sim.qpos[:, 2:4], dim=1)
+        return r, {"dist": r}
+
+    def terminated(self, sim):
+        return torch.zeros(sim.num_envs, dtype=torch.bool, device=sim.device)
+
+
+@pytest.fixture
+def reacher(monkeypatch) -> str:
+    """The user's task, registered for one test (a copy of the registry keeps it local)."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    register("test-reacher", Reacher, ReacherConfig(), "a 2-link arm and a far target")
+    return "test-reacher"
+
+
+def _project(model: mujoco.MjModel, data: mujoco.MjData, cam, aspect: float) -> np.ndarray:
+    """Each geom's centre in the frame, [ngeom, 2] in [-1, 1] (x right, y up) where it is
+    inside: MuJoCo's own camera (mjv_updateScene's eye pose and frustum), no GL needed."""
+    scene = mujoco.MjvScene(model, maxgeom=1000)
+    mujoco.mjv_updateScene(model, data, mujoco.MjvOption(), None, cam,
+                           mujoco.mjtCatBit.mjCAT_ALL, scene)
+    eye = scene.camera[0]
+    forward, up = np.array(eye.forward), np.array(eye.up)
+    v = data.geom_xpos - np.array(eye.pos)
+    depth = v @ forward
+    assert (depth > eye.frustum_near).all()  # in front of the camera
+    half_h = (eye.frustum_top - eye.frustum_bottom) / 2
+    half_w = eye.frustum_width / 2 if eye.frustum_width else half_h * aspect
+    x = (v @ np.cross(forward, up)) / depth * eye.frustum_near - eye.frustum_center
+    y = (v @ up) / depth * eye.frustum_near - (eye.frustum_top + eye.frustum_bottom) / 2
+    return np.stack([x / half_w, y / half_h], axis=1)
+
+
+def _env_state(env, model: mujoco.MjModel) -> mujoco.MjData:
+    data = mujoco.MjData(model)
+    data.qpos[:] = env.sim.qpos[0].double().numpy()
+    mujoco.mj_forward(model, data)
+    return data
+
+
+def test_default_camera_fits_a_model_without_one(reacher):
+    """A non-locomotion model with no MJCF camera: the free camera play picks keeps every
+    geom in the frame at the start state and while the arm swings for an episode, and the
+    model spans a good share of the frame. The bug: MuJoCo's default camera (from
+    `model.stat`, computed at qpos0) showing half the arm and no target after a reset has
+    moved them."""
+    env = trot.make_env(reacher, 1, seed=0)
+    env.reset()
+    model = render_model(env)
+    data = _env_state(env, model)
+    parts = [g for g in range(model.ngeom) if model.geom_type[g] != mujoco.mjtGeom.mjGEOM_PLANE]
+    cam = make_camera(model, locomotion=False, name=None, data=data, aspect=4 / 3)
+    assert isinstance(cam, mujoco.MjvCamera) and cam.type == mujoco.mjtCamera.mjCAMERA_FREE
+    at_start = _project(model, data, cam, 4 / 3)[parts]
+    assert (np.abs(at_start) < 0.95).all(), at_start
+    span = at_start.max(0) - at_start.min(0)
+    assert span.max() > 0.8, span  # over 40% of the frame's width (2 units)
+    stat = mujoco.MjvCamera()
+    mujoco.mjv_defaultFreeCamera(model, stat)  # what play used to show: the target outside
+    assert (np.abs(_project(model, data, stat, 4 / 3)[parts]) > 1).any()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(49):  # the episode, the arm driven hard both ways
+        env.step(torch.where(torch.rand(1, 2, generator=gen) < 0.5, -1.0, 1.0))
+        uv = _project(model, _env_state(env, model), cam, 4 / 3)[parts]
+        assert (np.abs(uv) < 1).all(), uv
+
+
+def _pixels(frame: np.ndarray, channel: int) -> np.ndarray:
+    """[K, 2] rows and columns where `channel` clearly dominates the other two."""
+    f = frame.astype(np.int32)
+    others = np.delete(f, channel, axis=2).max(axis=2)
+    return np.argwhere((f[..., channel] > 60) & (f[..., channel] > 1.6 * others))
+
+
+def test_play_shows_every_part_of_a_model_without_a_camera(gl, reacher, tmp_path):
+    """`trot play` of a run of the user's reacher, one frame: the arm's two links (blue,
+    green) and the target (red) are all drawn, and they spread over the frame. The bug:
+    the camera framed from qpos0 (half the arm, no target) or placed before the reset."""
+    run_dir = new_run(reacher, tmp_path / "run", hidden=(8,))
+    frames, _, _ = render_run(run_dir, PlayArgs(seconds=0.02, width=160, height=120,
+                                                overlay=False))
+    _not_blank(frames[0])
+    red, green, blue = (_pixels(frames[0], c) for c in range(3))
+    assert len(red) >= 4 and len(green) >= 4 and len(blue) >= 4, (len(red), len(green),
+                                                                   len(blue))
+    cols = np.concatenate([red, green, blue])[:, 1]
+    assert cols.max() - cols.min() > 0.4 * 160  # the model is not a speck in the middle

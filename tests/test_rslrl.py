@@ -216,10 +216,13 @@ def test_rsl_rl_ppo_learns_cartpole_balance():
 
 
 def test_adapters_md_commands_run(tmp_path, monkeypatch, capsys):
-    """Every `trot rsl-rl` line on docs/adapters.md, through trot's CLI, in a folder holding
-    docs/tasks.md's user files (the --tasks line trains its pendulum-swingup). The bugs: a
-    documented flag the CLI lacks, --tasks not reaching the adapter, --set not applied."""
+    """Every `trot` line of docs/adapters.md's rsl_rl section, through trot's CLI, in a
+    folder holding docs/tasks.md's user files (the --tasks line trains its
+    pendulum-swingup); the play line where OpenGL loads (always under TROT_REQUIRE_GL=1).
+    The bugs: a documented flag the CLI lacks, --tasks not reaching the adapter, --set not
+    applied, eval or play refusing the run."""
     from test_docs import _write_user_files
+    from test_play import gl_problem
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.setattr(sources, "_loaded", {})
@@ -228,13 +231,19 @@ def test_adapters_md_commands_run(tmp_path, monkeypatch, capsys):
     lines = [ln for b in blocks for ln in b.splitlines() if ln.strip()]
     assert lines[0].startswith("pip install")  # the extra: .ci/run installs it
     commands = lines[1:]
-    assert [ln.split()[1] for ln in commands] == ["rsl-rl"] * 5 + ["sim2sim", "export"]
+    assert [ln.split()[1] for ln in commands] == ["rsl-rl"] * 5 + ["sim2sim", "export",
+                                                                  "eval", "play"]
     for line in commands:
         argv = shlex.split(line)
+        if argv[1] == "play" and gl_problem() is not None:
+            continue  # no OpenGL here: test_play.py's tests skip too
         assert cli_main(argv[1:]) == 0, line
         out = capsys.readouterr().out.strip().splitlines()
-        if argv[1] == "sim2sim":  # the exported rsl_rl policy in plain MuJoCo
-            assert any(ln.split()[:2] == ["episodes", "2"] for ln in out), out
+        if argv[1] in ("sim2sim", "eval"):  # the rsl_rl policy in plain MuJoCo, in trot
+            assert any(ln.split()[:2] == ["episodes", argv[-1]] for ln in out), out
+            continue
+        if argv[1] == "play":
+            assert Path(argv[argv.index("--gif") + 1]).is_file(), out
             continue
         if argv[1] == "export":
             contract = json.loads(Path(argv[-1], "policy.json").read_text())
@@ -302,3 +311,69 @@ def test_export_of_a_run_without_a_checkpoint_names_it(tmp_path, capsys):
     assert cli_main(["export", str(run)]) == 2
     assert "holds no rsl_rl checkpoint (model_<iteration>.pt)" in capsys.readouterr().err
     assert not (run / "policy.onnx").exists()
+
+
+@pytest.fixture(scope="module")
+def rsl_run(tmp_path_factory) -> Path:
+    """A small `trot rsl-rl` run of cartpole-balance through the CLI: 30 iterations of 64
+    envs x 16 steps, enough to balance a while; torch's threads and RNG kept as they were."""
+    run = tmp_path_factory.mktemp("rslrl") / "run"
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    try:
+        assert cli_main(["rsl-rl", TASK, "--num-envs", "64", "--max-iterations", "30",
+                         "--seed", "1", "--run-dir", str(run)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+    return run
+
+
+def _eval_json(capsys, run: Path, episodes: int = 8) -> dict:
+    capsys.readouterr()
+    assert cli_main(["eval", str(run), "--episodes", str(episodes), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # nothing else on stdout
+
+
+def test_eval_of_an_rsl_rl_run_is_rsl_rls_own_policy(rsl_run, tmp_path, capsys):
+    """`trot eval RUN --json` of a `trot rsl-rl` run: a trot run's keys, rsl_rl's env steps,
+    and the return of rsl_rl's own inference policy (its runner and checkpoint loader, a
+    TensorDict in) played here in the same seeded, noise-free envs. The bugs: the run
+    refused (no checkpoint.pt), its normalizer left out, an older checkpoint loaded, other
+    seeds or observation noise, a library's print breaking --json."""
+    from rsl_rl.runners import OnPolicyRunner
+    from tensordict import TensorDict
+    from test_play import new_run
+
+    from trot.agents.evaluate import EVAL_SEED, run_episodes
+
+    got = _eval_json(capsys, rsl_run)
+    assert set(got) == set(_eval_json(capsys, new_run(TASK, tmp_path / "trot")))
+    assert got["env_steps"] == 30 * 64 * 16 and got["episodes"] == 8
+    record = json.loads((rsl_run / "rslrl.json").read_text())
+    runner = OnPolicyRunner(TrotVecEnv(TASK, 1, stagger=False), record["train_cfg"],
+                            log_dir=None, device="cpu")
+    runner.load(str(rsl_run / "model_29.pt"))
+    policy = runner.get_inference_policy("cpu")
+    env = trot.make_env(TASK, 8, seed=EVAL_SEED,
+                        config=dataclasses.replace(get_task(TASK).config, obs_noise=False))
+    want = run_episodes(env, lambda obs: policy(TensorDict({"policy": obs},
+                                                           batch_size=[len(obs)])), 8)
+    assert got["mean_return"] == pytest.approx(want["mean_return"], rel=1e-5)
+    assert got["mean_length"] == want["mean_length"]
+    assert 40.0 < got["mean_return"] <= got["max_return"]  # it learned to balance a while
+
+
+def test_play_of_an_rsl_rl_run_writes_a_gif(rsl_run, tmp_path, capsys):
+    """`trot play RUN --gif x.gif --seconds 0.2` of a `trot rsl-rl` run (where OpenGL loads,
+    as test_play.py's tests): 0.2 s at 25 fps is the start frame and 5 more."""
+    from PIL import Image
+    from test_play import gl_problem
+
+    problem = gl_problem()
+    if problem is not None:
+        pytest.skip(f"no OpenGL backend loads ({problem})")
+    gif = tmp_path / "x.gif"
+    assert cli_main(["play", str(rsl_run), "--gif", str(gif), "--seconds", "0.2"]) == 0
+    assert f"wrote {gif}" in capsys.readouterr().out
+    im = Image.open(gif)
+    assert im.size == (640, 480) and im.n_frames == 6

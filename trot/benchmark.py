@@ -232,9 +232,10 @@ def run_to_goals(cfg: TrainConfig, again: bool, evaluation: Callable[[Counters],
     run_dir = Path(cfg.run_dir)
     if again and (run_dir / CHECKPOINT).is_file():
         spent = read_checkpoint(run_dir).counters  # a budget already spent: kept as it is
-        learner, wall_s = resume(
-            run_dir, max_env_steps=cfg.max_env_steps if cfg.max_env_steps > spent.env_steps
-            else None, minutes=cfg.minutes if 60 * cfg.minutes > spent.wall_s else None)
+        budgets = {"max_env_steps": cfg.max_env_steps} if cfg.max_env_steps > \
+            spent.env_steps else {}
+        budgets |= {"minutes": cfg.minutes} if 60 * cfg.minutes > spent.wall_s else {}
+        learner, wall_s = resume(run_dir, changes=budgets)
     else:
         (learner, run_dir), wall_s = start(cfg), 0.0
     timed = evaluation(Counters(learner.iteration, learner.env_steps, wall_s))

@@ -17,7 +17,7 @@ USAGE = """`trot` and `python -m trot`: one CLI, generated from the frozen confi
     trot train TASK [--algo ppo|a2c|a3c] [--workers K] [--num-envs N] [--agent.FIELD V] [--env.FIELD V] ...
     trot train TASK --seeds S1 S2 ... (the seeds in one process, each in RUN_DIR/seed_S)
     trot train TASK_A TASK_B ... (one policy for several tasks, each in RUN_DIR/task_NAME)
-    trot train --resume RUN_DIR
+    trot train [TASK] --resume RUN_DIR [--max-env-steps N] [--minutes M] [--no-export] ...
     trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
     trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
     trot export RUN_DIR [--out DIR]

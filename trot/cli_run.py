@@ -3,21 +3,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 import trot
-from trot.agents.evaluate import evaluate
-from trot.agents.runs import each_task
+from trot import rlgames, rslrl
+from trot.agents.evaluate import eval_result, evaluate, run_episodes
+from trot.agents.networks import Acting
+from trot.agents.runs import course_changes, each_task, load_run
 from trot.bench import env_loop, sim_only
 from trot.cli_args import fail, parse_positional
 from trot.export.onnx import ExportError, export_run
 from trot.export.sim2sim import run_sim2sim
-from trot.rslrl import export as rslrl_export
-from trot.tasks.registry import get_task, task_names
+from trot.tasks.base import TaskConfig
+from trot.tasks.env import Env
+from trot.tasks.registry import get_task, make_env, task_names
 
 
 @dataclass(frozen=True)
@@ -71,11 +78,85 @@ def cmd_sim_bench(args: list[str]) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class AdapterPolicy:
+    """A policy trained by another library through trot's adapters (`trot rsl-rl`,
+    `trot rl-games`), as eval and play drive it: a memoryless actor obs [B, P] -> mean
+    [B, A], the task and config it trained on, its env steps and its physics backend."""
+
+    task: str
+    config: TaskConfig
+    actor: nn.Module
+    env_steps: int
+    sim: str
+
+    def make_env(self, num_envs: int, seed: int, sim: str | None = None,
+                 course: bool = False) -> Env:
+        """A noise-free cpu env of the task (sim: default the run's own; course: on the
+        task's fixed terrain course), as `load_run` makes one for a trot run."""
+        changes = course_changes(self.task, self.config) if course else {}
+        config = dataclasses.replace(self.config, obs_noise=False, **changes)
+        return make_env(self.task, num_envs, sim or self.sim, "cpu", seed, config)
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:  # as `Acting` acts
+        return self.actor(obs).clamp(-1.0, 1.0)
+
+    def ended(self, done: torch.Tensor) -> None:
+        """Nothing to reset: the adapters train memoryless (MLP) actors."""
+
+
+ADAPTER_RUNS = {rslrl.SETTINGS: ("rsl-rl", "rslrl", rslrl.load_policy),
+                rlgames.SETTINGS: ("rl-games", "rlgames", rlgames.load_policy)}
+"""the record each adapter writes into its run directory -> its command, the extra that
+brings its library, and its policy loader"""
+
+
+def adapter_policy(run_dir: Path) -> AdapterPolicy | None:
+    """The policy of a `trot rsl-rl` or `trot rl-games` run directory; None for any other
+    folder (a trot run, or no run: `load_run` says what is missing)."""
+    for record, (command, extra, load) in ADAPTER_RUNS.items():
+        path = Path(run_dir) / record
+        if not path.is_file():
+            continue
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # the libraries print as they load
+                env, actor, config, steps = load(Path(run_dir), num_envs=1)
+        except ImportError as e:
+            raise ValueError(f"{run_dir} is a `trot {command}` run: reading it needs "
+                             f"{e.name}: pip install 'trot[{extra}]'") from e
+        sim = json.loads(path.read_text()).get("sim", "cpu")
+        return AdapterPolicy(env.name, config, actor, steps, sim)
+    return None
+
+
+def acting_env(run_dir: Path, seed: int, sim: str | None = None,
+               course: bool = False) -> tuple[Env, Acting | AdapterPolicy]:
+    """One noise-free env of the run's task and the deterministic policy that plays it
+    (`trot play`): a trot run's actor, its memory carried along, or a `trot rsl-rl` /
+    `trot rl-games` run's."""
+    adapter = adapter_policy(run_dir)
+    if adapter is not None:
+        return adapter.make_env(1, seed, sim, course), adapter
+    run = load_run(run_dir, 1, seed, sim=sim, course=course)
+    return run.env, Acting(run.ac.actor, 1, run.env.device)
+
+
+def evaluate_any(run_dir: Path, a: EvalArgs) -> dict[str, float | None]:
+    """`trot eval` of a trot run or an adapter's: the same episodes, seeds and metrics."""
+    policy = adapter_policy(run_dir)
+    if policy is None:
+        return evaluate(run_dir, a.episodes, a.seed, sim=a.sim, course=a.course)
+    if a.episodes <= 0:
+        raise ValueError(f"episodes must be a positive integer, got {a.episodes}")
+    env = policy.make_env(a.episodes, a.seed, a.sim, a.course)
+    return eval_result(run_episodes(env, policy, a.episodes), env, policy.env_steps)
+
+
 def cmd_eval(args: list[str]) -> int:
     run_dir, a = parse_positional(EvalArgs, args, "trot eval RUN_DIR")
     try:
-        out = {name: evaluate(d, a.episodes, a.seed, sim=a.sim, course=a.course)
-               for name, d in each_task(Path(run_dir))}
+        out = {name: evaluate_any(d, a) for name, d in each_task(Path(run_dir))}
     except ValueError as e:  # CheckpointError is one
         return fail(str(e))
     _print_results(out, a.json)
@@ -106,8 +187,8 @@ def cmd_export(args: list[str]) -> int:
     run_dir, a = parse_positional(ExportArgs, args, "trot export RUN_DIR")
     out = None if a.out is None else Path(a.out)
     try:
-        if (Path(run_dir) / "rslrl.json").is_file():  # a `trot rsl-rl` run
-            rslrl_export(Path(run_dir), out)
+        if (Path(run_dir) / rslrl.SETTINGS).is_file():  # a `trot rsl-rl` run
+            rslrl.export(Path(run_dir), out)
             return 0
         for name, d in each_task(Path(run_dir)):  # several tasks: one contract each
             export_run(d, out if out is None or name is None else out / d.name)

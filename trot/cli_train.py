@@ -41,7 +41,7 @@ from trot.agents.distributed import ONE_PROCESS, DistributedError, init_from_env
 from trot.agents.learners import resume, start
 from trot.agents.loop import Interrupted
 from trot.agents.loop import train as train_loop
-from trot.agents.runs import run_config
+from trot.agents.runs import RESUMABLE, run_config
 from trot.agents.modes import MODES, A3C, Actors, Distill, Seeds, Sync, Tasks, describe
 from trot.agents.train_config import TrainConfig
 from trot.cli_args import USAGE, fail
@@ -50,13 +50,50 @@ from trot.tasks.registry import get_task
 
 
 @dataclass(frozen=True)
-class ResumeArgs:
-    resume: str
-    """run directory to continue"""
-    max_env_steps: int | None = None
-    """raise the run's step budget, kept in its config.json (default: keep it)"""
-    minutes: float | None = None
-    """raise the run's wall-clock budget, kept in its config.json (default: keep it)"""
+class Again:
+    """A run to continue: its directory and the settings it takes anew."""
+
+    run_dir: Path
+    changes: dict[str, Any]
+
+
+def parse_resume(args: list[str], prog: str) -> tuple[TrainConfig, Again]:
+    """`trot train --resume RUN [--FLAG V]`: the run's config and what changes. The flags
+    are agents/runs.py's RESUMABLE settings, their defaults the run's own (a flag not given
+    keeps it); the budgets are the run's totals, not increments."""
+    at = next((i for i, a in enumerate(args) if a.split("=")[0] == "--resume"), None)
+    if at is None or (args[at] == "--resume" and at + 1 >= len(args)):
+        raise ValueError(f"usage: {prog} --resume RUN_DIR [--max-env-steps N] [--minutes M] "
+                         "[--no-export] [--eval-every K] ...")
+    run = Path(args[at].partition("=")[2] or args[at + 1])
+    cfg = run_config(run)
+    total = " [on a resume: the run's total, not an increment]"
+    flags = [("resume", str, dataclasses.field(default=str(run)))] + [
+        _flag(TrainConfig, f, total if f.name in ("max_env_steps", "minutes") else "")
+        for f in dataclasses.fields(TrainConfig) if f.name in RESUMABLE]
+    cls = dataclasses.make_dataclass("ResumeFlags", flags, frozen=True)
+    cls.__doc__ = f"Continue the run in {run}: every flag not given keeps the run's own."
+    parsed = tyro.cli(cls, args=args, prog=prog, default=cls(
+        resume=str(run), **{k: getattr(cfg, k) for k in RESUMABLE}))
+    return cfg, Again(run, {k: getattr(parsed, k) for k in RESUMABLE
+                            if getattr(parsed, k) != getattr(cfg, k)})
+
+
+def _named_resume(args: list[str]) -> list[str]:
+    """`trot train NAME --resume RUN ...` is `trot train --resume RUN ...` where NAME is
+    the run's task (or tasks); another NAME is refused with the spelling that works."""
+    names = list(itertools.takewhile(lambda a: not a.startswith("-"), args))
+    if not names or not any(a.split("=")[0] == "--resume" for a in args):
+        return args
+    rest = args[len(names):]
+    cfg, again = parse_resume(rest, "trot train")
+    tasks = [t for t, _ in cfg.tasks]
+    if names != tasks:
+        raise ValueError(f"{again.run_dir} is a run of {' '.join(tasks)}, not "
+                         f"{' '.join(names)}: continue it with `trot train --resume "
+                         f"{again.run_dir}` (the task comes from the run), or start a new run "
+                         f"of {' '.join(names)} without --resume")
+    return rest
 
 
 # ---------------------------------------------------------------------- flags -> config
@@ -231,12 +268,11 @@ def distill(args: list[str]) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         if args[0].startswith("--resume"):
-            again = tyro.cli(ResumeArgs, args=args, prog="trot distill")
-            cfg = run_config(Path(again.resume))
+            cfg, again = parse_resume(args, "trot distill")
             if not isinstance(cfg.mode, Distill):
-                raise ValueError(f"{again.resume} is not a `trot distill` run (its mode is "
+                raise ValueError(f"{again.run_dir} is not a `trot distill` run (its mode is "
                                  f"{describe(type(cfg.mode))}): continue it with `trot "
-                                 f"train --resume {again.resume}`")
+                                 f"train --resume {again.run_dir}`")
             return _run(cfg, again, args)
         cfg = parse_train(args[1:], f"trot distill {args[0]}", teacher=args[0])
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
@@ -249,15 +285,15 @@ def train(args: list[str]) -> int:
         print(USAGE)
         return 0 if args else 2
     try:
+        args = _named_resume(args)
         if args[0].startswith("--resume"):
-            again = tyro.cli(ResumeArgs, args=args, prog="trot train")
-            return _run(run_config(Path(again.resume)), again, args)
+            return _run(*parse_resume(args, "trot train"), args)
         return _run(parse_train(args), None, args)
     except (ValueError, TypeError, KeyError, CheckpointError) as e:
         return fail(str(e))
 
 
-def _run(cfg: TrainConfig, again: ResumeArgs | None, args: list[str]) -> int:
+def _run(cfg: TrainConfig, again: Again | None, args: list[str]) -> int:
     """The run of `cfg` (or the one `again` resumes) in this process, as one of torchrun's
     ranks (an actor rank acts), or launched under torchrun."""
     try:
@@ -295,18 +331,17 @@ def _run(cfg: TrainConfig, again: ResumeArgs | None, args: list[str]) -> int:
     return 0
 
 
-def _learner(cfg: TrainConfig, again: ResumeArgs | None, comm, device: str, world):
+def _learner(cfg: TrainConfig, again: Again | None, comm, device: str, world):
     """(learner, run directory, training seconds so far, what to print): a new run, or
-    the resumed one with its budget raised as --max-env-steps / --minutes ask."""
+    the resumed one with the settings it takes anew."""
     if again is None:
         mode = dataclasses.replace(cfg.mode, nproc=comm.world_size) \
             if isinstance(cfg.mode, Sync) else cfg.mode
         learner, run_dir = start(dataclasses.replace(cfg, device=device, mode=mode), comm,
                                  world)
         return learner, run_dir, 0.0, f"run directory: {run_dir}"
-    run_dir = Path(again.resume)
-    learner, wall_s = resume(run_dir, comm, device, world, again.max_env_steps,
-                             again.minutes)
+    run_dir = again.run_dir
+    learner, wall_s = resume(run_dir, comm, device, world, again.changes)
     return learner, run_dir, wall_s, f"resuming {run_dir} at iteration {learner.iteration}"
 
 

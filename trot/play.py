@@ -4,7 +4,9 @@ One env of the run's task plays (the training env code, observation noise off, a
 eval`); after every control step its qpos/qvel are copied into a plain MjData of the same
 model, which `mujoco.Renderer` draws. Locomotion tasks (those with commands) get a camera
 tracking the robot's root body, a checkered floor to see it move against, and an overlay
-of the command next to the measured base velocity.
+of the command next to the measured base velocity; other tasks the MJCF's first camera,
+else a free camera fitted to the model at the first frame (`fit_camera`). A run of
+`trot rsl-rl` or `trot rl-games` plays its library's actor (trot/cli_run.py, `acting_env`).
 
 Headless machines: the OpenGL backend is chosen when rendering starts, never at import (an
 environment variable set at import would reach every child process, and MuJoCo's own import
@@ -31,9 +33,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from trot.cli_args import parse_positional
-from trot.agents.networks import Acting
+from trot.cli_run import acting_env
 from trot.core.files import atomic_write
-from trot.agents.runs import load_run
 from trot.tasks.env import Env
 
 
@@ -54,7 +55,8 @@ class PlayArgs:
     fps: float = 25.0
     """frames per second of the output; the video plays in real time"""
     camera: str | None = None
-    """a camera named in the MJCF (default: tracking for locomotion, else the model's first)"""
+    """a camera named in the MJCF (default: tracking for locomotion, else the model's first,
+    else a free camera fitted to the model at the first frame)"""
     overlay: bool = True
     """draw time, return and (locomotion) command against measured velocity"""
     seed: int = 12345
@@ -158,8 +160,11 @@ def render_model(env: Env) -> mujoco.MjModel:
     return model
 
 
-def make_camera(model: mujoco.MjModel, locomotion: bool,
-                name: str | None) -> mujoco.MjvCamera | str | int:
+def make_camera(model: mujoco.MjModel, locomotion: bool, name: str | None,
+                data: mujoco.MjData | None = None,
+                aspect: float = 4 / 3) -> mujoco.MjvCamera | str | int:
+    """The camera a frame is drawn from: the named one, a tracking camera (locomotion),
+    the MJCF's first, else `fit_camera` on the state in `data` (default: qpos0)."""
     if name is not None:
         return name  # an MJCF camera; update_scene raises if there is no such name
     if locomotion:  # follow the robot's root (the first body with a free joint)
@@ -176,8 +181,60 @@ def make_camera(model: mujoco.MjModel, locomotion: bool,
         return cam
     if model.ncam > 0:
         return 0
+    if data is None:
+        data = mujoco.MjData(model)
+        mujoco.mj_forward(model, data)
+    return fit_camera(model, data, aspect)
+
+
+def _swing(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """Per body: the first hinge or ball joint on its chain from the world (-1: none, it
+    is welded to the world) and a bound on how far its frame gets from that joint's anchor
+    (link offsets, plus twice each joint's offset); inf past a slide or free joint."""
+    pivot, reach = np.full(model.nbody, -1), np.zeros(model.nbody)
+    moving = (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_FREE))
+    for b in range(1, model.nbody):  # parents come before their children
+        p, js = model.body_parentid[b], range(model.body_jntadr[b],
+                                              model.body_jntadr[b] + model.body_jntnum[b])
+        off = max((float(np.linalg.norm(model.jnt_pos[j])) for j in js), default=0.0)
+        if reach[p] == math.inf or any(model.jnt_type[j] in moving for j in js):
+            reach[b] = math.inf
+        elif pivot[p] < 0:  # welded to the world so far: it turns about its own joint
+            pivot[b], reach[b] = (js[0] if js else -1), off
+        else:
+            pivot[b] = pivot[p]
+            reach[b] = reach[p] + float(np.linalg.norm(model.body_pos[b])) + 2 * off
+    return pivot, reach
+
+
+def fit_camera(model: mujoco.MjModel, data: mujoco.MjData, aspect: float) -> mujoco.MjvCamera:
+    """A free camera (MuJoCo's viewer's angles) on the bounding sphere of the visible geoms:
+    each where it is in `data`, or, on a chain that turns about a hinge or ball joint,
+    anywhere it can swing to. MuJoCo's default (`model.stat`, at qpos0) misses what a
+    reset moves: a reacher's target, an arm or a pendulum turned away from qpos0."""
+    (pivot, reach), shown = _swing(model), mujoco.MjvOption().geomgroup
+    flat = (int(mujoco.mjtGeom.mjGEOM_PLANE), int(mujoco.mjtGeom.mjGEOM_HFIELD))  # unbounded
+    centres, radii = [], []
+    for g in range(model.ngeom):
+        if int(model.geom_type[g]) in flat or not shown[min(int(model.geom_group[g]), 5)]:
+            continue
+        b, r = model.geom_bodyid[g], float(model.geom_rbound[g])
+        if pivot[b] >= 0 and reach[b] < math.inf:
+            centres.append(data.xanchor[pivot[b]])
+            radii.append(reach[b] + float(np.linalg.norm(model.geom_pos[g])) + r)
+        else:
+            centres.append(data.geom_xpos[g])
+            radii.append(r)
     cam = mujoco.MjvCamera()
-    mujoco.mjv_defaultFreeCamera(model, cam)
+    mujoco.mjv_defaultFreeCamera(model, cam)  # the viewer's angles; `stat` if no geoms
+    if centres:
+        c, r = np.array(centres), np.array(radii)[:, None]
+        centre = 0.5 * ((c - r).min(0) + (c + r).max(0))
+        radius = float((np.linalg.norm(c - centre, axis=1) + r[:, 0]).max())
+        half = math.radians(model.vis.global_.fovy) / 2  # vertical; the narrower side
+        half = min(half, math.atan(math.tan(half) * aspect))  # bounds the sphere
+        cam.lookat[:] = centre
+        cam.distance = 1.05 * radius / math.sin(half)  # it just touches the frame's edge
     return cam
 
 
@@ -228,12 +285,10 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
             or a.skip < 0:
         raise ValueError("episodes, width, height and fps must be > 0, seconds and skip "
                          ">= 0")
-    run = load_run(Path(run_dir), 1, a.seed, sim=a.sim, course=a.course)
-    env = run.env
-    act = Acting(run.ac.actor, 1, env.device)  # carries a recurrent actor's memory
+    env, act = acting_env(Path(run_dir), a.seed, a.sim, a.course)
     model = render_model(env)
     data = mujoco.MjData(model)
-    camera = make_camera(model, env.task.command is not None, a.camera)
+    camera = None  # made at the first frame, from the state it shows
     stride = max(1, round(1.0 / (env.control_dt * a.fps)))  # keep real time
     fps = 1.0 / (env.control_dt * stride)
     limit = math.inf if a.seconds == 0 else round(a.seconds / env.control_dt)
@@ -245,9 +300,13 @@ def render_run(run_dir: Path, a: PlayArgs = PlayArgs()) -> tuple[list[np.ndarray
     ret, step, t = 0.0, 0, 0.0
 
     def snap() -> None:
+        nonlocal camera
         data.qpos[:] = env.sim.qpos[0].double().cpu().numpy()
         data.qvel[:] = env.sim.qvel[0].double().cpu().numpy()
         mujoco.mj_forward(model, data)
+        if camera is None:
+            camera = make_camera(model, env.task.command is not None, a.camera, data,
+                                 a.width / a.height)
         renderer.update_scene(data, camera)
         px = renderer.render()
         frames.append(draw_text(px, overlay_lines(env, t, len(returns), ret))

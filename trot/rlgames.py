@@ -14,6 +14,9 @@ which rl_games' `value_bootstrap` turns into `r += gamma * V(s_t)` on time-limit
 That is rl_games' (and IsaacGymEnvs') approximation: trot's own learner bootstraps from
 V(final_obs), the true last state, which rl_games' vecenv interface has no slot for.
 
+`train` records the run in <train_dir>/<task>/rlgames.json, from which `trot eval` and
+`trot play` rebuild rl_games' actor (`load_policy`).
+
 Needs `pip install rl-games` (1.6.5 pulls gymnasium, not gym; it does not touch torch or
 numpy). See docs/adapters.md.
 """
@@ -21,22 +24,27 @@ numpy). See docs/adapters.md.
 from __future__ import annotations
 
 import copy
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from trot.adapters import config_with, merge_dotted, parser
 from trot.adapters import overrides as adapter_overrides
 from trot.agents.config import PPOConfig, tuned
-from trot.tasks.base import Observation, Task
-from trot.tasks.registry import get_task, make_env
+from trot.tasks.base import Observation, Task, TaskConfig
+from trot.tasks.env import Env
+from trot.tasks.registry import get_task, is_registered, make_env
+from trot.tasks.sources import load_recorded
 
 ENV_NAME = "trot"  # rl_games' env_configurations key
 VECENV_TYPE = "TROT"  # rl_games' vecenv type
+SETTINGS = "rlgames.json"  # what `train` writes beside rl_games' nn/ and summaries/
 
 
 def _asymmetric(task: Task) -> bool:
@@ -232,6 +240,9 @@ def train(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int = 0,
     observer = _recorder()
     threads = torch.get_num_threads()  # rl_games sets it from params.torch_threads
     torch.manual_seed(seed)  # rl_games' Runner seeds only when seed != 0
+    _write_settings(cfg, {"task": task, "task_source": get_task(task).source.to_json(),
+                          "num_envs": num_envs, "seed": seed, "device": device, "sim": sim,
+                          "task_config": dict(task_config or {})})
     try:
         runner = Runner(observer)
         runner.load(cfg)
@@ -239,6 +250,91 @@ def train(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int = 0,
     finally:
         torch.set_num_threads(threads)
     return observer.rows
+
+
+def run_dir_of(cfg: dict[str, Any]) -> Path:
+    """rl_games' experiment directory for this config: train_dir/full_experiment_name
+    (without that name rl_games adds the time, and no later command could find it)."""
+    c = cfg["params"]["config"]
+    if not c.get("full_experiment_name"):
+        raise ValueError("config.full_experiment_name must name the run (rl_games' "
+                         "experiment directory under train_dir); got "
+                         f"{c.get('full_experiment_name')!r}")
+    return Path(c.get("train_dir", "runs")) / c["full_experiment_name"]
+
+
+def _write_settings(cfg: dict[str, Any], record: dict[str, Any]) -> None:
+    """rlgames.json: what `trot eval` and `trot play` rebuild the policy from (rl_games
+    itself keeps its config nowhere in the run directory)."""
+    run = run_dir_of(cfg)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / SETTINGS).write_text(json.dumps(record | {"params": cfg["params"]}, indent=1,
+                                           default=str))
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """rl_games' newest checkpoint in run_dir/nn: the highest epoch in its name
+    (`last_<name>_ep_<epoch>_rew_<r>.pth`), else the newest file; a ValueError naming the
+    folder where it holds none."""
+    found = list((Path(run_dir) / "nn").glob("*.pth"))
+    if not found:
+        raise ValueError(f"{run_dir} holds no rl_games checkpoint (nn/*.pth)")
+
+    def order(f: Path) -> tuple[int, float]:
+        m = re.search(r"_ep_(\d+)", f.name)
+        return (int(m.group(1)) if m else -1, f.stat().st_mtime)
+
+    return max(found, key=order)
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    """An rl_games checkpoint onto the CPU without running its pickled code (rl_games'
+    own loader unpickles anything, and prints to stdout); its numpy scalars are let in."""
+    scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+    allowed = [scalar, np.dtype, *(type(np.dtype(t)) for t in ("float32", "float64"))]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class DeterministicActor(nn.Module):
+    """rl_games' deterministic action without its player: the model's input normalizer,
+    then the network's Gaussian mean, obs [B, P] -> mean [B, A] (the player's
+    `get_action(obs, is_deterministic=True)`, whose clip trot's env does)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, obs: Tensor) -> Tensor:
+        mu, *_ = self.model.a2c_network({"obs": self.model.norm_obs(obs)})
+        return mu
+
+
+def load_policy(run_dir: Path, num_envs: int = 1) -> tuple[Env, nn.Module, TaskConfig, int]:
+    """A `trot rl-games` run's actor, built by rl_games' own model builder from
+    rlgames.json and loaded from the last checkpoint. Returns a noise-free trot env of
+    the task (cpu backend), the actor (`DeterministicActor`), the task config and the env
+    steps the checkpoint trained on (rl_games' frame count)."""
+    from rl_games.algos_torch import model_builder  # the rlgames extra
+
+    run_dir = Path(run_dir)
+    if not (run_dir / SETTINGS).is_file():
+        raise ValueError(f"{run_dir} is not a `trot rl-games` run (no {SETTINGS})")
+    settings = json.loads((run_dir / SETTINGS).read_text())
+    if not is_registered(settings["task"]):
+        load_recorded(settings.get("task_source"), run_dir)
+    path = last_checkpoint(run_dir)
+    cfg = config_with(settings["task"], {**settings["task_config"], "obs_noise": False})
+    env = make_env(settings["task"], num_envs, "cpu", "cpu", settings["seed"], cfg)
+    params, c = settings["params"], settings["params"]["config"]
+    model = model_builder.ModelBuilder().load(params).build({
+        "actions_num": env.action_dim, "input_shape": (env.obs_dim,), "num_seqs": 1,
+        "value_size": 1, "normalize_value": c.get("normalize_value", False),
+        "normalize_input": c.get("normalize_input", False)})
+    state = _read_checkpoint(path)
+    model.load_state_dict({k.replace("_orig_mod.", ""): v  # a torch_compile'd run's names
+                           for k, v in state["model"].items()})
+    return env, DeterministicActor(model).eval(), cfg, int(state["frame"])
 
 
 def main(argv: list[str] | None = None) -> int:

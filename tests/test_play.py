@@ -50,6 +50,20 @@ def gl_problem() -> str | None:
     return problem
 
 
+def assert_play_writes_gif(run, tmp_path, capsys) -> None:
+    """`trot play RUN --gif x.gif --seconds 0.2` writes 0.2 s at 25 fps: the start frame and
+    5 more, at the default 640x480 (skipped where no OpenGL backend loads). The adapters'
+    tests play their runs through this."""
+    problem = gl_problem()
+    if problem is not None:
+        pytest.skip(f"no OpenGL backend loads ({problem})")
+    gif = tmp_path / "x.gif"
+    assert cli_main(["play", str(run), "--gif", str(gif), "--seconds", "0.2"]) == 0
+    assert f"wrote {gif}" in capsys.readouterr().out
+    im = Image.open(gif)
+    assert im.size == (640, 480) and im.n_frames == 6
+
+
 @pytest.fixture(scope="module")
 def gl() -> None:
     problem = gl_problem()

@@ -174,17 +174,9 @@ def test_eval_of_an_rl_games_run_is_rl_games_own_policy(rl_run, tmp_path, capsys
 def test_play_of_an_rl_games_run_writes_a_gif(rl_run, tmp_path, capsys):
     """`trot play RUN --gif x.gif --seconds 0.2` of a `trot rl-games` run (where OpenGL
     loads, as test_play.py's tests): 0.2 s at 25 fps is the start frame and 5 more."""
-    from PIL import Image
-    from test_play import gl_problem
+    from test_play import assert_play_writes_gif
 
-    problem = gl_problem()
-    if problem is not None:
-        pytest.skip(f"no OpenGL backend loads ({problem})")
-    gif = tmp_path / "x.gif"
-    assert cli_main(["play", str(rl_run), "--gif", str(gif), "--seconds", "0.2"]) == 0
-    assert f"wrote {gif}" in capsys.readouterr().out
-    im = Image.open(gif)
-    assert im.size == (640, 480) and im.n_frames == 6
+    assert_play_writes_gif(rl_run, tmp_path, capsys)
 
 
 def test_adapters_md_eval_and_play_lines_run(capsys):

@@ -366,14 +366,6 @@ def test_eval_of_an_rsl_rl_run_is_rsl_rls_own_policy(rsl_run, tmp_path, capsys):
 def test_play_of_an_rsl_rl_run_writes_a_gif(rsl_run, tmp_path, capsys):
     """`trot play RUN --gif x.gif --seconds 0.2` of a `trot rsl-rl` run (where OpenGL loads,
     as test_play.py's tests): 0.2 s at 25 fps is the start frame and 5 more."""
-    from PIL import Image
-    from test_play import gl_problem
+    from test_play import assert_play_writes_gif
 
-    problem = gl_problem()
-    if problem is not None:
-        pytest.skip(f"no OpenGL backend loads ({problem})")
-    gif = tmp_path / "x.gif"
-    assert cli_main(["play", str(rsl_run), "--gif", str(gif), "--seconds", "0.2"]) == 0
-    assert f"wrote {gif}" in capsys.readouterr().out
-    im = Image.open(gif)
-    assert im.size == (640, 480) and im.n_frames == 6
+    assert_play_writes_gif(rsl_run, tmp_path, capsys)

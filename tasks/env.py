@@ -17,7 +17,7 @@ from trot.sim.base import BatchedSim
 from trot.tasks import mirror
 from trot.tasks.base import Episode, Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
-from trot.tasks.nonfinite import NonFinite, column_pieces
+from trot.tasks.nonfinite import bad_columns, watching
 from trot.tasks.stats import EpisodeStats
 from trot.tasks.observation import ObsLayout, ObsPlan, build_obs, compile_terms
 
@@ -59,10 +59,8 @@ class Env:
         self._first_episodes_left = 0  # steps until every staggered first episode has ended
         self._compile_observations()
         self._shared_critic = task.critic_terms() == task.policy_terms()
-        self.nonfinite = NonFinite(name, n, dev)  # the task's own NaN, traced to its piece
-        self.nonfinite.add("init", ["Task.initial_state (its qpos or qvel)"])
-        self.nonfinite.add("obs", column_pieces("policy", self.policy_layout.slots) + (
-            [] if self._shared_critic else column_pieces("critic", self.critic_layout.slots)))
+        self.nonfinite = watching(name, n, dev, self.policy_layout.slots,  # the task's NaN
+                                  None if self._shared_critic else self.critic_layout.slots)
         self.reward_terms: tuple[str, ...] = ()
         self.stats = EpisodeStats(n, 0, dev)
         # evaluation only: Task.eval_metrics of the state each step reached, before resets
@@ -106,12 +104,16 @@ class Env:
     # ------------------------------------------------------------------ observation
     def observe(self, noise: tuple[Tensor | None, Tensor | None] | None = None) -> Observation:
         """noise: the uniform draws of `_draw_noise`; None draws fresh ones."""
-        parts = [get() for get in self._pool_parts]
-        pool = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        pool = self._pool()
         u_policy, u_critic = self._draw_noise() if noise is None else noise
         policy = build_obs(self._policy_plan, pool, u_policy)
         critic = policy if self._shared_critic else build_obs(self._critic_plan, pool, u_critic)
         return Observation(policy, critic)
+
+    def _pool(self) -> Tensor:
+        """[N, P] every source the observations read, side by side."""
+        parts = [get() for get in self._pool_parts]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def _draw_noise(self) -> tuple[Tensor | None, Tensor | None]:
         """Uniform [0, 1) draws for the noisy observation terms (None: no noise). One draw
@@ -244,7 +246,7 @@ class Env:
         noise = self._draw_noise()
         prev = self.obs.policy
         frame = self._observe(noise)
-        self._note_nonfinite(frame)
+        self._note_nonfinite(frame, None if stable else unstable)
         final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
         reward, terms = self._reward(self.sim, action)
         terminated = self._terminated(self.sim)
@@ -270,12 +272,15 @@ class Env:
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})
 
-    def _note_nonfinite(self, frame: Observation) -> None:
-        """Observation columns the task's terms made non-finite (the pool's own NaN, a
-        diverged env's, read as 0 before the terms apply: those are not the task's)."""
-        bad = ~frame.policy.isfinite()  # [N, P]
+    def _note_nonfinite(self, frame: Observation, unstable: Tensor | None) -> None:
+        """Observation columns non-finite where the physics is not (unstable [N] bool, None:
+        no env is), in a source's value (build_obs reads it as 0) or after offset and scale."""
+        pool = self._pool()
+        bad = bad_columns(self._policy_plan.index, pool, frame.policy)  # [N, P]
         if not self._shared_critic:
-            bad = torch.cat([bad, ~frame.critic.isfinite()], 1)  # [N, P + C]
+            bad = torch.cat([bad, bad_columns(self._critic_plan.index, pool, frame.critic)], 1)
+        if unstable is not None:  # a diverged env's values are the physics', not the task's
+            bad = bad & ~unstable[:, None]
         self.nonfinite.note("obs", bad.any(0), bad.any(1))
 
     def _check_outputs(self, reward: Tensor, terms: dict[str, Tensor], terminated: Tensor
@@ -300,7 +305,7 @@ class Env:
             self.stats.counted.copy_(old.counted)
             self.stats.all_counted = old.all_counted
         if "reward" not in self.nonfinite.groups:
-            self._watch_rewards()
+            self.nonfinite.watch_rewards(self.reward_terms)
         this_step = torch.stack([reward, self._ones, *(terms[k] for k in self.reward_terms)], 1)
         # [N, 2 + K]
         bad = ~this_step.isfinite()  # a diverged env's rewards are the physics', not the task's
@@ -343,11 +348,6 @@ class Env:
         action = torch.where(finite[:, None], action, 0.0).clamp(-1.0, 1.0)
         return action, ~finite
 
-    def _watch_rewards(self) -> None:
-        """The reward's pieces, once its terms are known (the first step, or a load)."""
-        self.nonfinite.add("reward", ["Task.reward (its total)"] + [
-            f"reward term {k!r}" for k in self.reward_terms])
-
     def pop_stats(self) -> tuple[list[str], Tensor]:
         """The episode statistics since the last call, as names and one device vector
         (tasks/stats.py `EpisodeStats.pop`), the accumulators zeroed."""
@@ -380,7 +380,7 @@ class Env:
         self.reward_terms = tuple(state["reward_terms"])
         self.nonfinite.load_state_dict(state["nonfinite"])
         if self.reward_terms:
-            self._watch_rewards()
+            self.nonfinite.watch_rewards(self.reward_terms)
         self.stats = EpisodeStats(self.num_envs, len(self.reward_terms), self.device)
         table, width = state["running"], self.stats.running.shape[1]  # [N, 3 + K]
         if len(table) != 2 or table[0].shape[-1] != width:  # older layouts: refused, never

@@ -49,6 +49,10 @@ class NonFinite:
         self.envs.logical_or_(envs & first)
         torch.where(first, self.now, self.step, out=self.step)
 
+    def watch_rewards(self, terms: Sequence[str]) -> None:
+        """The reward's pieces, once its terms are known (the first step, or a load)."""
+        self.add("reward", ["Task.reward (its total)"] + [f"reward term {k!r}" for k in terms])
+
     def tick(self) -> None:
         self.now += 1
 
@@ -89,7 +93,20 @@ class AnyOf:
         return next(r for r in self.records if bool(r.fired())).error(where)
 
 
-def column_pieces(kind: str, slots) -> list[str]:
-    """One piece name per observation column: the term that owns it (`kind`: policy or
-    critic); slots: a layout's (tasks/observation.py)."""
-    return [f"{kind} observation term {s.term.name!r}" for s in slots for _ in range(s.size)]
+def bad_columns(index: Tensor, pool: Tensor, obs: Tensor) -> Tensor:
+    """[N, D] bool: an observation's column [N, D] or the pool [N, P] value it reads
+    (index [D]: the plan's gather) is not finite."""
+    return ~(pool.index_select(1, index).isfinite() & obs.isfinite())
+
+
+def watching(task: str, n: int, device: torch.device, policy_slots, critic_slots
+             ) -> NonFinite:
+    """The record of an env of `task` (n envs): its start states and each observation
+    column, named by the term that owns it (slots: a layout's, tasks/observation.py;
+    critic_slots None where the critic reads the policy's observation)."""
+    record = NonFinite(task, n, device)
+    record.add("init", ["Task.initial_state (its qpos or qvel)"])
+    kinds = (("policy", policy_slots), ("critic", critic_slots or ()))
+    record.add("obs", [f"{kind} observation term {s.term.name!r}" for kind, slots in kinds
+                       for s in slots for _ in range(s.size)])
+    return record

@@ -62,6 +62,26 @@ class NanReward(Cartpole):
         return total, terms | {"closeness": closeness}
 register("nan-reward", NanReward, BALANCE, "a reward term NaN in some envs")
 ''',
+    "nan-command": '''
+class NanCommand(Cartpole):
+    command_dim = 1  # a target cart position, observed
+
+    def bind(self, sim):
+        super().bind(sim)
+        self.command = torch.zeros(sim.num_envs, 1, device=sim.device)
+        self.steps = 0
+
+    def policy_terms(self):
+        return (*super().policy_terms(), ObsTerm("target", "command"))
+
+    def pre_step(self, sim, gen):
+        super().pre_step(sim, gen)
+        self.steps += 1
+        spread = torch.ones(sim.num_envs, device=sim.device)
+        spread[5] = 0.0 if self.steps > 20 else 1.0  # from step 21 on, env 5's is 0
+        self.command[:, 0] = 0.1 / spread  # the user's division by zero: Inf in env 5
+register("nan-command", NanCommand, BALANCE, "a command Inf in one env")
+''',
 }
 SMALL = ["--num-envs", "64", "--agent.rollout-steps", "16", "--no-export"]
 
@@ -99,6 +119,18 @@ def test_a_nan_scale_and_a_float_offset_are_named_where_declared(user_tasks, cap
                 "(", r"\(").replace(")", r"\)")):
             ObsTerm("x", "data" if "clip" in bad else "qpos", stop=1,
                     field="xpos" if "clip" in bad else "", **bad)
+
+
+def test_an_observation_term_made_non_finite_by_the_tasks_code_is_named(user_tasks,
+                                                                        capsys):
+    """A command the task's code computes (a division by zero, Inf in env 5 from step 21)
+    reaches the policy through an observation term: the run stops naming that term, the
+    env and the step (before: blamed on the actions, naming no term)."""
+    rc, err = _train(capsys, user_tasks, "nan-command", "--max-env-steps", str(4 * 64 * 16))
+    assert rc == 2, err
+    assert "task 'nan-command': policy observation term 'target' gave NaN or Inf in envs " \
+           "[5] (1 of 64) at env step 20 (iteration 2)" in err, err
+    assert "action" not in err.split("task 'nan-command'")[1].split(".")[0]
 
 
 def test_nan_in_a_start_state_is_named_not_counted_as_unstable(user_tasks, capsys):

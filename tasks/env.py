@@ -17,7 +17,7 @@ from trot.sim.base import BatchedSim
 from trot.tasks import mirror
 from trot.tasks.base import Episode, Observation, StepResult, Task, checked_output
 from trot.tasks.mirror import Mirrors
-from trot.tasks.nonfinite import bad_columns, watching
+from trot.tasks.nonfinite import watching
 from trot.tasks.stats import EpisodeStats
 from trot.tasks.observation import ObsLayout, ObsPlan, build_obs, compile_terms
 
@@ -97,23 +97,27 @@ class Env:
     def capture(self, compile_fn: Callable[[Callable], Callable]) -> None:
         """Run a step's observation, reward and termination through compile_fn (agents/
         capture.py's `compiler`: torch.compile, or eager, as here by default)."""
-        self._observe = compile_fn(self.observe)
+        self._observe = compile_fn(self.observe_checked)
         self._reward = compile_fn(self.task.reward)
         self._terminated = compile_fn(self.task.terminated)
 
     # ------------------------------------------------------------------ observation
     def observe(self, noise: tuple[Tensor | None, Tensor | None] | None = None) -> Observation:
         """noise: the uniform draws of `_draw_noise`; None draws fresh ones."""
-        pool = self._pool()
-        u_policy, u_critic = self._draw_noise() if noise is None else noise
-        policy = build_obs(self._policy_plan, pool, u_policy)
-        critic = policy if self._shared_critic else build_obs(self._critic_plan, pool, u_critic)
-        return Observation(policy, critic)
+        return self.observe_checked(noise)[0]
 
-    def _pool(self) -> Tensor:
-        """[N, P] every source the observations read, side by side."""
+    def observe_checked(self, noise: tuple[Tensor | None, Tensor | None] | None = None
+                        ) -> tuple[Observation, Tensor]:
+        """`observe`, and where a value it read was NaN or Inf: [N, P] policy columns (then
+        [N, C] critic ones where the critic has its own), read as 0 in the observation."""
         parts = [get() for get in self._pool_parts]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        pool = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        u_policy, u_critic = self._draw_noise() if noise is None else noise
+        policy, bad = build_obs(self._policy_plan, pool, u_policy)
+        if self._shared_critic:
+            return Observation(policy, policy), bad
+        critic, bad_critic = build_obs(self._critic_plan, pool, u_critic)
+        return Observation(policy, critic), torch.cat([bad, bad_critic], 1)
 
     def _draw_noise(self) -> tuple[Tensor | None, Tensor | None]:
         """Uniform [0, 1) draws for the noisy observation terms (None: no noise). One draw
@@ -159,7 +163,7 @@ class Env:
 
         def read() -> Tensor:
             ps = [get() for get in parts]
-            return build_obs(plan, ps[0] if len(ps) == 1 else torch.cat(ps, dim=1), None)
+            return build_obs(plan, ps[0] if len(ps) == 1 else torch.cat(ps, dim=1), None)[0]
 
         return layout, read
 
@@ -245,8 +249,8 @@ class Env:
 
         noise = self._draw_noise()
         prev = self.obs.policy
-        frame = self._observe(noise)
-        self._note_nonfinite(frame, None if stable else unstable)
+        frame, bad = self._observe(noise)
+        self._note_nonfinite(bad, None if stable else unstable)
         final = Observation(self._stacked(prev, frame.policy, None), frame.critic)
         reward, terms = self._reward(self.sim, action)
         terminated = self._terminated(self.sim)
@@ -266,19 +270,15 @@ class Env:
         self._reset_envs(done)
         # Rows that did not end are unchanged by the reset (state, command, last action,
         # noise draw), so the fresh observation is the step's observation for every env
-        frame = self._observe(noise)
+        frame, _ = self._observe(noise)
         self.obs = Observation(self._stacked(prev, frame.policy, done), frame.critic)
         self.nonfinite.tick()
         return StepResult(self.obs, reward, terminated, truncated, final,
                           {"unstable": n_unstable})
 
-    def _note_nonfinite(self, frame: Observation, unstable: Tensor | None) -> None:
-        """Observation columns non-finite where the physics is not (unstable [N] bool, None:
-        no env is), in a source's value (build_obs reads it as 0) or after offset and scale."""
-        pool = self._pool()
-        bad = bad_columns(self._policy_plan.index, pool, frame.policy)  # [N, P]
-        if not self._shared_critic:
-            bad = torch.cat([bad, bad_columns(self._critic_plan.index, pool, frame.critic)], 1)
+    def _note_nonfinite(self, bad: Tensor, unstable: Tensor | None) -> None:
+        """Observation columns that read NaN or Inf (bad [N, P (+ C)]) where the physics is
+        finite (unstable [N] bool, None where no env is): a value of the task's own."""
         if unstable is not None:  # a diverged env's values are the physics', not the task's
             bad = bad & ~unstable[:, None]
         self.nonfinite.note("obs", bad.any(0), bad.any(1))

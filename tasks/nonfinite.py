@@ -93,12 +93,6 @@ class AnyOf:
         return next(r for r in self.records if bool(r.fired())).error(where)
 
 
-def bad_columns(index: Tensor, pool: Tensor, obs: Tensor) -> Tensor:
-    """[N, D] bool: an observation's column [N, D] or the pool [N, P] value it reads
-    (index [D]: the plan's gather) is not finite."""
-    return ~(pool.index_select(1, index).isfinite() & obs.isfinite())
-
-
 def watching(task: str, n: int, device: torch.device, policy_slots, critic_slots
              ) -> NonFinite:
     """The record of an env of `task` (n envs): its start states and each observation

@@ -208,20 +208,24 @@ def compile_layout(layout: ObsLayout, sensor_ranges: dict[str, tuple[int, int]],
     f = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
     clipped = any(s.term.clip for s in layout.slots)
     bias = [-o * s for o, s in zip(offset, scale)]
-    return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(scale), f(bias), f(noise), any(n > 0 for n in noise),
-                   (f(lo), f(hi)) if clipped else None)
+    return ObsPlan(torch.tensor(index, dtype=torch.long, device=device), f(scale), f(bias),
+                   f(noise), any(n > 0 for n in noise), (f(lo), f(hi)) if clipped else None)
 
 
-def build_obs(plan: ObsPlan, pool: Tensor, u: Tensor | None = None) -> Tensor:
+def build_obs(plan: ObsPlan, pool: Tensor, u: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """[N, D] from the pool [N, P]; u: uniform [0, 1) draws [N, D] for the noise, or None.
-    Non-finite pool values (a diverged env) read as 0, so observations stay finite."""
-    raw = pool.index_select(1, plan.index).nan_to_num_(0.0, 0.0, 0.0)
+    Non-finite pool values (a diverged env's, or a task's own NaN) read as 0, so
+    observations stay finite. Returns (observation [N, D], bad [N, D] bool: where the raw
+    value was not finite; offsets and scales are finite, checked when declared)."""
+    raw = pool.index_select(1, plan.index)
+    bad = ~raw.isfinite()
+    raw = raw.nan_to_num_(0.0, 0.0, 0.0)
     if plan.clip is not None:
         raw = torch.clamp(raw, plan.clip[0], plan.clip[1])
     x = torch.addcmul(plan.bias, raw, plan.scale)  # (raw - offset) * scale in one op
     if u is not None and plan.noisy:
         x = torch.addcmul(x, u.mul(2.0).sub_(1.0), plan.noise)
-    return x
+    return x, bad
 
 
 def compile_terms(env, *term_sets: tuple) -> tuple[list, list, list]:

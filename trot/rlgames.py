@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from trot.adapters import config_with, merge_dotted, parser
 from trot.adapters import overrides as adapter_overrides
 from trot.agents.config import PPOConfig, tuned
+from trot.core.files import atomic_write
 from trot.tasks.base import Observation, Task, TaskConfig
 from trot.tasks.env import Env
 from trot.tasks.registry import get_task, is_registered, make_env
@@ -266,10 +267,8 @@ def run_dir_of(cfg: dict[str, Any]) -> Path:
 def _write_settings(cfg: dict[str, Any], record: dict[str, Any]) -> None:
     """rlgames.json: what `trot eval` and `trot play` rebuild the policy from (rl_games
     itself keeps its config nowhere in the run directory)."""
-    run = run_dir_of(cfg)
-    run.mkdir(parents=True, exist_ok=True)
-    (run / SETTINGS).write_text(json.dumps(record | {"params": cfg["params"]}, indent=1,
-                                           default=str))
+    text = json.dumps(record | {"params": cfg["params"]}, indent=1, default=str)
+    atomic_write(run_dir_of(cfg) / SETTINGS, lambda p: p.write_text(text))  # whole or absent
 
 
 def last_checkpoint(run_dir: Path) -> Path:

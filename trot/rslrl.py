@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from trot.adapters import config_with, merge_dotted, parser
 from trot.adapters import overrides as adapter_overrides
 from trot.agents.collect import set_threads
+from trot.core.files import atomic_write
 from trot.agents.config import PPOConfig, tuned
 from trot.tasks.base import Observation
 from trot.tasks.env import Env
@@ -243,12 +244,12 @@ def train(task: str, num_envs: int = 256, max_iterations: int = 100, seed: int =
         runner = OnPolicyRunner(env, cfg, log_dir=str(run_dir), device=str(env.device))
         trot_threads(runner)
         _record(runner, rows)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "rslrl.json").write_text(json.dumps({
+        record = json.dumps({
             "task": task, "task_source": get_task(task).source.to_json(),
             "num_envs": num_envs, "seed": seed, "device": device, "sim": sim,
             "task_config": dict(task_config or {}), "train_cfg": runner.cfg},
-            indent=1, default=str))
+            indent=1, default=str)
+        atomic_write(run_dir / SETTINGS, lambda p: p.write_text(record))  # whole or absent
         runner.learn(max_iterations, init_at_random_ep_len=False)  # env.stagger did it
     finally:
         torch.set_num_threads(threads)

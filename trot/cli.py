@@ -15,7 +15,7 @@ COMMANDS = {
     "export": "trot.cli_run:cmd_export", "sim2sim": "trot.cli_run:cmd_sim2sim",
     "play": "trot.play:main", "view": "trot.viewer:main", "compare": "trot.compare:main",
     "rl-games": "trot.rlgames:main", "rsl-rl": "trot.rslrl:main",
-    "distill": "trot.cli_train:distill",
+    "distill": "trot.cli_train:distill", "surgery": "trot.cli_surgery:main",
 }
 """Each command's function, as MODULE:NAME: imported when the command runs, so that `trot`,
 `trot --help` and an unknown command answer without importing torch (seconds), and a

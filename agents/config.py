@@ -40,7 +40,24 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     """global gradient-norm clip"""
     desired_kl: float = 0.01
-    """KL-adaptive learning rate target (0: fixed learning rate)"""
+    """the target KL between the policy before and after an update: the KL-adaptive
+    learning rate's (0: a fixed rate); under kl_penalty, the target that steers the
+    penalty's weight (the rate then stays fixed); under --algo trpo, the trust region's
+    radius delta (no step leaves the mean KL above it)"""
+    kl_penalty: float = 0.0
+    """PPO's KL-penalized objective (Schulman et al. 2017, sec. 4): the loss gains
+    beta * KL(pi_old || pi), beta starting here (0: off) and, after each update, doubled
+    where the batch's KL came out above 1.5 x desired_kl and halved below desired_kl / 1.5.
+    It adds to the clip; with clip=False it is the paper's penalty-only objective"""
+    cg_iters: int = 10
+    """--algo trpo: conjugate-gradient iterations solving F x = g (a fixed count: no host
+    sync to test the residual)"""
+    cg_damping: float = 0.1
+    """--algo trpo: F + damping * I, keeping the solve well-posed where the KL is flat"""
+    backtracks: int = 10
+    """--algo trpo: step sizes tried by the line search, halving from the full natural
+    step; the first whose mean KL <= desired_kl and whose surrogate improves is taken,
+    none: the policy stays"""
     advantage_norm: Literal["batch", "minibatch", "none"] = "batch"
     """normalize advantages over the whole batch, per minibatch, or not at all"""
     popart: bool = True
@@ -109,6 +126,13 @@ class PPOConfig:
             (0 <= self.lam <= 1, f"lam must be in [0, 1], got {self.lam}"),
             (self.clip_low >= 0 and self.clip_high >= 0, "clip_low/clip_high must be >= 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
+            (self.kl_penalty >= 0, f"kl_penalty must be >= 0 (0: off), got {self.kl_penalty}"),
+            (self.kl_penalty == 0 or self.desired_kl > 0,
+             f"kl_penalty steers its weight toward desired_kl, which is 0 here (a2c fixes "
+             f"it at 0): use --algo ppo with desired_kl > 0"),
+            (self.cg_iters > 0 and self.backtracks > 0 and self.cg_damping >= 0,
+             f"cg_iters and backtracks must be > 0 and cg_damping >= 0, got "
+             f"{self.cg_iters}, {self.backtracks}, {self.cg_damping}"),
             (0 < self.popart_beta <= 1, "popart_beta must be in (0, 1]"),
             (self.off_policy in ("ratio", "ignore", "vtrace"),
              f"off_policy must be ratio, ignore or vtrace, got {self.off_policy!r}"),

@@ -195,12 +195,14 @@ MODES: tuple[type, ...] = Mode.__args__
 
 @dataclass(frozen=True)
 class Rule:
-    """A shared setting that a mode accepts only some values of, and why."""
+    """A shared setting that a mode (`object`: every mode) accepts only some values of,
+    and why; with `algo`, only when the run trains with that --algo."""
 
     mode: type
-    setting: str  # a TrainConfig field, or agent.FIELD
+    setting: str  # a TrainConfig field, agent.FIELD or mode.FIELD
     accepted: tuple[Any, ...]
     why: str
+    algo: str = ""
 
 
 RULES = (
@@ -216,6 +218,20 @@ RULES = (
     Rule(Seeds, "capture", ("auto", "off"), "the stacked networks run under vmap, eager"),
     Rule(Seeds, "agent.rnn", ("none",), "the stack's acting step is memoryless"),
     Rule(Seeds, "agent.symmetry", ("none",), "the stacked update does not mirror batches"),
+    Rule(Seeds, "algo", ("ppo", "a2c"), "the stacked update runs PPO's epochs"),
+    Rule(Seeds, "agent.kl_penalty", (0.0,), "the stacked update has no penalty weight"),
+    Rule(Distill, "algo", ("ppo",), "the student regresses the teacher's actions"),
+    Rule(object, "agent.rnn", ("none",), "the KL's Hessian is taken over single "
+                                         "observations", algo="trpo"),
+    Rule(object, "agent.share_torso", (False,), "the critic's epochs would move a shared "
+                                                "torso outside the trust region", algo="trpo"),
+    Rule(object, "agent.kl_penalty", (0.0,), "its constraint holds the KL", algo="trpo"),
+    Rule(object, "agent.off_policy", ("ratio", "vtrace"), "its surrogate weighs by pi/mu",
+         algo="trpo"),
+    Rule(object, "agent.update_dtype", ("float32",), "the conjugate gradient runs in "
+                                                     "float32", algo="trpo"),
+    Rule(Sync, "mode.nproc", (1,), "the natural step is solved on one process's batch",
+         algo="trpo"),
     Rule(Tasks, "eval_every", (0,), "evaluate each task with trot eval RUN_DIR/task_NAME"),
     Rule(Tasks, "agent.symmetry", ("none",), "one mirror for several tasks is not defined"),
     Rule(Distill, "eval_every", (0,), "evaluate the student with trot eval"),

@@ -256,13 +256,43 @@ class ActorCritic(nn.Module):
         self.shared = cfg.share_torso
 
     @torch.no_grad()
-    def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = ONE_PROCESS) -> None:
+    def update_normalizers(self, obs: Tensor, critic_obs: Tensor, comm: Comm = ONE_PROCESS,
+                           keep_policy: bool = False) -> None:
         """obs [B, P], critic_obs [B, C]: fold a batch (of every rank) into the statistics,
-        outlier rows left out (RunningMeanStd.inliers, on each rank's own rows)."""
-        if isinstance(self.actor.normalizer, RunningMeanStd):
-            fold(self.actor.normalizer, obs, comm)
+        outlier rows left out (RunningMeanStd.inliers, on each rank's own rows).
+        keep_policy: the actor's first layer absorbs its normalizer's move, so the policy's
+        means stay as they were (inputs within the normalizer's clip): TRPO's trust region
+        then bounds all of an iteration's policy change, not only its step's."""
+        norm = self.actor.normalizer
+        if isinstance(norm, RunningMeanStd):
+            before = (norm.mean.clone(), norm.std())
+            seen = norm.count > 0  # 0-d: the first fold sets the scale, nothing to keep
+            fold(norm, obs, comm)
+            if keep_policy:
+                absorb_shift(first_linear(self.actor), *before, norm.mean, norm.std(), seen)
             if not self.shared:
                 fold(self.critic.normalizer, critic_obs, comm)
+
+
+def first_linear(actor: Actor) -> nn.Linear:
+    """The layer a memoryless actor's normalized observation enters."""
+    if actor.memory is not None:
+        raise ValueError("a recurrent actor's observation enters its memory cell")
+    return actor.torso[0] if len(actor.torso) else actor.mean
+
+
+@torch.no_grad()
+def absorb_shift(layer: nn.Linear, mean0: Tensor, std0: Tensor, mean1: Tensor,
+                 std1: Tensor, where: Tensor) -> None:
+    """Rescale `layer` (W, b), fed (x - mean) / std, so that its output on any x is the same
+    under the statistics (mean1, std1) [I] as it was under (mean0, std0) [I], where `where`
+    (0-d bool, on the device: no host sync): W' = W diag(std1 / std0),
+    b' = b + W (mean1 - mean0) / std0."""
+    w = layer.weight.double()  # [O, I]
+    shift = torch.where(where, w @ ((mean1 - mean0) / std0), 0.0)  # [O]
+    scale = torch.where(where, std1 / std0, 1.0)  # [I]
+    layer.bias.add_(shift.to(layer.bias.dtype))
+    layer.weight.mul_(scale.to(layer.weight.dtype))
 
 
 def fold(norm: nn.Module, x: Tensor, comm: Comm = ONE_PROCESS) -> None:

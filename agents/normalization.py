@@ -155,8 +155,12 @@ class RunningMeanStd(nn.Module):
         # Cast the float64 statistics down first: the op then runs in x's dtype and the ONNX
         # graph keeps float32 inputs/outputs.
         mean = self.mean.to(x.dtype)
-        std = torch.sqrt(self.var + self.eps).to(x.dtype)
+        std = self.std().to(x.dtype)
         return torch.clamp((x - mean) / std, -self.clip, self.clip)
+
+    def std(self) -> Tensor:
+        """[*shape] float64: what `forward` divides by, sqrt(var + eps)."""
+        return torch.sqrt(self.var + self.eps)
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, eps={self.eps}, clip={self.clip}"

@@ -8,7 +8,7 @@ optimizer reads, updated with `torch.where`, so no minibatch waits for the host.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -19,49 +19,20 @@ from trot.agents.capture import native_bf16
 from trot.agents.config import PPOConfig
 from trot.agents.distributed import ONE_PROCESS, Comm
 from trot.agents.networks import ActorCritic, gaussian_kl
+from trot.agents.sgd import (
+    LR_BOUNDS,
+    adapt_beta,
+    adapt_lr,
+    epochs,
+    mean_stats,
+    normalize_advantages,
+    surrogate_loss,
+    value_loss,
+)
 from trot.agents.storage import Batch, Rollout, Sequences, reuse
+from trot.agents.trpo import natural_policy_step, value_step
 from trot.agents.vtrace import vtrace
 from trot.tasks.mirror import Mirrors
-
-LR_BOUNDS = (1e-5, 1e-2)
-
-
-def surrogate_loss(log_probs: Tensor, old_log_probs: Tensor, adv: Tensor, clip: bool,
-                   clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
-    """Clipped surrogate (to minimise) and the fraction of samples clipped. All [B]."""
-    ratio = (log_probs - old_log_probs).exp()
-    if not clip:  # d/dθ (ratio * A) at ratio = 1 is A * d/dθ log π: the A2C gradient
-        return -(ratio * adv).mean(), torch.zeros((), device=adv.device)
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = -torch.minimum(ratio * adv, clipped * adv).mean()
-    frac = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).to(ratio.dtype).mean()
-    return loss, frac
-
-
-def value_loss(pred: Tensor, old: Tensor, target: Tensor, clip: float) -> Tensor:
-    """Mean squared error of normalized values [B], optionally clipped around `old`."""
-    err = (pred - target).square()
-    if clip > 0:
-        pred_c = old + (pred - old).clamp(-clip, clip)
-        err = torch.maximum(err, (pred_c - target).square())
-    return err.mean()
-
-
-def normalize_advantages(adv: Tensor, comm: Comm = ONE_PROCESS) -> Tensor:
-    """adv [*] -> zero mean, unit (sample) std over every rank's samples."""
-    mean, var, n = comm.moments(adv.reshape(-1, 1))  # [1] float64, population var
-    std = (var * n / (n - 1).clamp(min=1.0)).sqrt()  # Bessel, as torch.std
-    return (adv - mean.to(adv)) / (std.to(adv) + 1e-8)
-
-
-def adapt_lr(lr: Tensor, kl: Tensor, desired: float, bounds: tuple[float, float]) -> Tensor:
-    """rsl_rl's KL-adaptive rule, on the device: /1.5 above 2x target, x1.5 below half.
-    `PPO` skips it on an update's first minibatch: measured before any step, that KL is
-    between the policy and itself (0 in float32, rounding noise under bfloat16), says
-    nothing about the step size, and growing on it would raise the rate at every update."""
-    new = torch.where(kl > 2.0 * desired, lr / 1.5,
-                      torch.where(kl < 0.5 * desired, lr * 1.5, lr))
-    return new.clamp(*bounds)
 
 
 def _sequence_means(actor: torch.nn.Module, b: Batch, seq: Sequences) -> Tensor:
@@ -82,16 +53,18 @@ def _sample_with(actor: torch.nn.Module, obs: Tensor, eps: Tensor, state: Tensor
 
 
 class PPO:
-    """The algorithm: acting, turning a rollout into a batch, and the update."""
+    """The algorithm: acting, turning a rollout into a batch, and the update (PPO's
+    epochs, or under `trust_region` TRPO's natural step and the critic's epochs)."""
 
     def __init__(self, ac: ActorCritic, cfg: PPOConfig, device: torch.device,
                  comm: Comm = ONE_PROCESS, mirrors: Mirrors | None = None,
                  capture: Callable[[Callable], Callable] = lambda fn: fn,
-                 optimizer: torch.optim.Optimizer | None = None):
+                 optimizer: torch.optim.Optimizer | None = None, trust_region: bool = False):
         """mirrors: the task's left-right mirror maps, for cfg.symmetry='augment'.
         capture: how the act step and the minibatch's forward and loss run (agents/
         capture.py's `compiler`; default eager). optimizer: what steps the parameters
-        (a3c's shared RMSProp); default Adam at the KL-adaptive rate."""
+        (a3c's shared RMSProp); default Adam at the KL-adaptive rate, over the critic's
+        alone under `trust_region` (--algo trpo: agents/trpo.py moves the actor)."""
         if cfg.symmetry == "augment" and mirrors is None:
             raise ValueError("symmetry='augment' needs the task's mirror maps (Env.mirrors)")
         self.ac, self.cfg, self.device, self.comm = ac, cfg, device, comm
@@ -105,8 +78,11 @@ class PPO:
                                dtype=next(ac.parameters()).dtype)
         # fused: one kernel for all parameters (4x faster steps on CPU for small nets); it
         # also accepts the tensor learning rate
-        self.optimizer = torch.optim.Adam(ac.parameters(), lr=self.lr, fused=True) \
+        self.trust_region = trust_region
+        self.optimizer = torch.optim.Adam((ac.critic if trust_region else ac).parameters(),
+                                          lr=self.lr, fused=True) \
             if optimizer is None else optimizer
+        self.beta = torch.tensor(cfg.kl_penalty, device=device, dtype=self.lr.dtype)  # penalty
         lo, hi = LR_BOUNDS
         self.lr_bounds = (min(lo, cfg.learning_rate), max(hi, cfg.learning_rate))
         self.bf16 = cfg.update_dtype == "bfloat16" or (cfg.update_dtype == "auto"
@@ -253,17 +229,38 @@ class PPO:
                                         _sequence_means(ac.actor, batch, seq))
         if cfg.advantage_norm == "batch":  # a view into batch.table, as action_mean
             batch.advantages.copy_(normalize_advantages(batch.advantages, self.comm))
-        if seq is None:  # rows shuffled: the epochs every seed of a stack runs too
-            if batch.table is None:  # a batch built field by field (tests): one table
-                batch = Batch.packed(*batch.fields())
-            self._shuffled = reuse(self._shuffled, (1, *batch.table.shape), batch.table)
-            like = batch.fields()
-            out = epochs(cfg, [batch.table], [gen], self._shuffled, lambda mb, adapt:
-                         self._minibatch(Batch._from_table(mb[0], like), None, old_log_std,
-                                         adapt))
+        if self.trust_region:  # TRPO: the natural step on the actor, epochs on the critic
+            out = natural_policy_step(ac.actor, batch, old_log_std, cfg) | self._epochs(
+                batch, gen, lambda b, adapt: value_step(ac.critic, self.optimizer, b, cfg))
+        elif seq is None:  # rows shuffled: the epochs every seed of a stack runs too
+            out = self._epochs(batch, gen, lambda b, adapt: self._minibatch(
+                b, None, old_log_std, adapt))
         else:
             out = self._recurrent_epochs(batch, gen, old_log_std)
+        if cfg.kl_penalty > 0:  # beta from the whole batch's KL after the update
+            with torch.no_grad():
+                self.beta.copy_(adapt_beta(self.beta, self._batch_kl(batch, old_log_std),
+                                           cfg.desired_kl))
+            out = out | {"kl_beta": self.beta.clone()}
         return out if self.rho_clipped is None else out | {"rho_clipped": self.rho_clipped}
+
+    def _epochs(self, batch: Batch, gen: torch.Generator,
+                step: Callable[[Batch, bool], dict[str, Tensor]]) -> dict[str, Tensor]:
+        """`sgd.epochs` over this one batch's rows, shuffled into a table reused across
+        iterations; step(minibatch, adapt) -> its statistics."""
+        if batch.table is None:  # a batch built field by field (tests): one table
+            batch = Batch.packed(*batch.fields())
+        self._shuffled = reuse(self._shuffled, (1, *batch.table.shape), batch.table)
+        like = batch.fields()
+        return epochs(self.cfg, [batch.table], [gen], self._shuffled,
+                      lambda mb, adapt: step(Batch._from_table(mb[0], like), adapt))
+
+    def _batch_kl(self, batch: Batch, old_log_std: Tensor) -> Tensor:
+        """The mean KL (0-d) of the policy now from the pre-update one over the batch."""
+        actor, seq = self.ac.actor, batch.sequences
+        mean = actor(batch.obs) if seq is None else _sequence_means(actor, batch, seq)
+        return gaussian_kl(batch.action_mean, old_log_std.expand_as(mean), mean,
+                           actor.log_std.expand_as(mean)).mean()
 
     def _recurrent_epochs(self, batch: Batch, gen: torch.Generator, old_log_std: Tensor
                           ) -> dict[str, Tensor]:
@@ -314,7 +311,7 @@ class PPO:
         KL (0-d; when `adapt` and `desired_kl` > 0), the gradient clipped, Adam's step.
         Returns the logged kl, grad_norm and learning_rate (0-d)."""
         cfg, ac = self.cfg, self.ac
-        if adapt and cfg.desired_kl > 0:
+        if adapt and cfg.desired_kl > 0 and cfg.kl_penalty == 0:  # the penalty steers beta
             self.lr.copy_(adapt_lr(self.lr, kl, cfg.desired_kl, self.lr_bounds))
         grad_norm = torch.nn.utils.clip_grad_norm_(ac.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
@@ -352,52 +349,24 @@ class PPO:
                         critic.normalize_targets(b.values, b.critic_obs),
                         critic.normalize_targets(b.returns, b.critic_obs), cfg.value_clip)
         loss = pg + cfg.value_coef * vf - cfg.entropy_coef * entropy
-        with torch.no_grad():
+        penalized = cfg.kl_penalty > 0  # the KL then carries its gradient into the loss
+        with nullcontext() if penalized else torch.no_grad():
             kl = gaussian_kl(b.action_mean, old_log_std.expand_as(b.action_mean),
                              dist.loc, ac.actor.log_std.expand_as(dist.loc)).mean()
+        if penalized:
+            loss = loss + self.beta * kl
         return loss, {"loss/policy": pg.detach(), "loss/value": vf.detach(),
-                      "entropy": entropy.detach(), "kl": kl, "clip_fraction": clip_frac}
+                      "entropy": entropy.detach(), "kl": kl.detach(),
+                      "clip_fraction": clip_frac}
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone()}
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone(),
+                "beta": self.beta.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr.copy_(state["lr"])
+        if "beta" in state:  # checkpoints before the KL penalty have none (and no penalty)
+            self.beta.copy_(state["beta"])
         for g in self.optimizer.param_groups:  # keep the optimizer reading our lr tensor
             g["lr"] = self.lr
-
-
-def epochs(cfg: PPOConfig, tables: list[Tensor], gens: list[torch.Generator],
-           shuffled: Tensor, step: Callable[[Tensor, bool], dict[str, Tensor]]
-           ) -> dict[str, Tensor]:
-    """The epochs of minibatch SGD over K batches at once (K = 1: one learner; K seeds of a
-    stack, agents/seeds.py): each epoch, batch k's rows [B, W] are shuffled by its own
-    generator into shuffled[k] ([K, B, W], reused), then `step(minibatch [K, B/M, W],
-    adapt)` runs on rows [j B/M, (j+1) B/M) of every batch, j < M = cfg.minibatches;
-    `adapt` is False on the update's first minibatch (no step yet, nothing to adapt on).
-    Returns the mean over minibatches of each statistic `step` returns (0-d or [K])."""
-    rows = tables[0].shape[0]
-    size = rows // cfg.minibatches
-
-    def steps():
-        for e in range(cfg.epochs):
-            for table, gen, out in zip(tables, gens, shuffled):
-                perm = torch.randperm(rows, generator=gen, device=table.device)
-                torch.index_select(table, 0, perm, out=out)
-            for j in range(cfg.minibatches):
-                yield step(shuffled[:, j * size:(j + 1) * size], e > 0 or j > 0)
-
-    return mean_stats(steps())
-
-
-def mean_stats(steps: Iterable[dict[str, Tensor]]) -> dict[str, Tensor]:
-    """The mean of each statistic over an update's minibatch steps (one add per step)."""
-    sums, n = None, 0
-    for stats in steps:
-        row = torch.stack(list(stats.values()))  # [S] or [S, K]
-        sums = torch.zeros_like(row) if sums is None else sums
-        sums += row
-        n += 1
-    sums /= n
-    return dict(zip(stats, sums.unbind()))

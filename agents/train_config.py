@@ -22,7 +22,7 @@ from trot.tasks.base import TaskConfig, from_fields
 from trot.tasks.registry import get_task, is_registered
 from trot.tasks.sources import load_recorded
 
-ALGOS = ("ppo", "a2c")
+ALGOS = ("ppo", "a2c", "trpo")
 
 
 # ---------------------------------------------------------------------- the config
@@ -33,9 +33,10 @@ class TrainConfig:
     mode: Mode = field(default_factory=Sync)
     """how training runs: Sync (one learner, or nproc data-parallel ones), Actors, A3C,
     Seeds, Tasks or Distill"""
-    algo: Literal["ppo", "a2c"] = "ppo"
+    algo: Literal["ppo", "a2c", "trpo"] = "ppo"
     """ppo; a2c (PPO with one epoch, one minibatch, no clipping, and desired_kl 0: a
-    fixed learning rate)"""
+    fixed learning rate); trpo (one natural-gradient step per iteration within a KL of
+    agent.desired_kl, then the critic's epochs: agents/trpo.py)"""
     num_envs: int = 1024
     """parallel simulated robots"""
     seed: int = 0
@@ -144,11 +145,15 @@ class TrainConfig:
             self.env.validate()
 
     def _check_rules(self) -> None:
-        bad = [f"{r.setting} {self.setting(r.setting)!r} (accepted: "
-               f"{', '.join(map(str, r.accepted))}: {r.why})" for r in RULES
-               if isinstance(self.mode, r.mode) and self.setting(r.setting) not in r.accepted]
+        bad = [r for r in RULES if isinstance(self.mode, r.mode) and r.algo in ("", self.algo)
+               and self.setting(r.setting) not in r.accepted]
         if bad:
-            raise ValueError(f"{describe(type(self.mode))} does not take " + "; ".join(bad))
+            r = bad[0]
+            who = f"--algo {r.algo}" if r.algo else describe(type(self.mode))
+            raise ValueError(f"{who} does not take " + "; ".join(
+                f"{r.setting} {self.setting(r.setting)!r} (accepted: "
+                f"{', '.join(map(str, r.accepted))}: {r.why})" for r in bad
+                if r.algo == bad[0].algo))
 
     def setting(self, name: str) -> Any:
         """A field by its dotted name (`agent.rnn`)."""

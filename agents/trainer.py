@@ -77,7 +77,8 @@ class Trainer(OneRun):
         capture = compiler(cfg.capture, dev)  # graph capture: agents/capture.py
         env.capture(capture)
         self.algo = PPO(self.ac, a, dev, comm,
-                        env.mirrors() if a.symmetry == "augment" else None, capture)
+                        env.mirrors() if a.symmetry == "augment" else None, capture,
+                        trust_region=cfg.algo == "trpo")
         self.rollback = Rollback(self.ac, self.algo.optimizer, (self.algo.lr,))
         buffer = lambda: Rollout.allocate(a.rollout_steps, env.num_envs, env.obs_dim,  # noqa: E731
                                           env.critic_obs_dim, env.action_dim, dev,
@@ -152,7 +153,8 @@ class Trainer(OneRun):
         tensor [M] (the update's `stats`, episodes, task and collector metrics, whether
         the parameters are finite, and the env `steps` [1] of every rank)."""
         dev = self.env.device
-        self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm)
+        self.ac.update_normalizers(batch.obs, batch.critic_obs, self.comm,
+                                   keep_policy=self.algo.trust_region)
         self.collector.join()  # a rollout collected meanwhile: the env is ours again
         finite = torch.stack([p.isfinite().all() for p in self.ac.state_dict().values()
                               if p.is_floating_point()]).all()

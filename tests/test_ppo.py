@@ -13,7 +13,8 @@ import torch
 
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic, Linear, mlp
-from trot.agents.ppo import PPO, adapt_lr, surrogate_loss, value_loss
+from trot.agents.ppo import PPO
+from trot.agents.sgd import adapt_lr, surrogate_loss, value_loss
 from trot.agents.storage import Batch
 from trot.agents.train_config import TrainConfig
 

@@ -1,6 +1,6 @@
 """The training commands of the CLI (trot/cli.py dispatches to them):
 
-    trot train TASK [--algo ppo|a2c|a3c] [--actors K] [--nproc K] [--agent.FIELD V] ...
+    trot train TASK [--algo ppo|a2c|a3c|trpo] [--actors K] [--nproc K] [--agent.FIELD V] ...
     trot train TASK --seeds S1 S2 ... (several seeds in one process, agents/seeds.py)
     trot train TASK_A TASK_B ... [--env.TASK_A.FIELD V] (one policy, agents/multitask.py)
     trot train --resume RUN_DIR [--max-env-steps N] [--minutes M]
@@ -191,10 +191,12 @@ def parse_train(args: list[str], prog: str = "trot train",
                          "(several tasks: --env.TASK.FIELD)")
     env_cls, env_default = _env_field(entries)
     fields = _flag_fields() + [
-        ("algo", Annotated[Literal["ppo", "a2c", "a3c"], tyro.conf.arg(help=(
+        ("algo", Annotated[Literal["ppo", "a2c", "a3c", "trpo"], tyro.conf.arg(help=(
             "ppo; a2c (PPO with one epoch, one minibatch, no clipping and a fixed learning "
             "rate); a3c: `workers` processes apply A2C gradients to shared parameters "
-            "without locks (agents/a3c.py)"))], dataclasses.field(default="ppo")),
+            "without locks (agents/a3c.py); trpo: one natural-gradient step within a KL of "
+            "agent.desired-kl per iteration (agents/trpo.py)"))],
+         dataclasses.field(default="ppo")),
         ("env", env_cls, dataclasses.field(default_factory=lambda: env_default))]
     if teacher is not None:
         fields.append(("distill", Annotated[type(Distill().distill), tyro.conf.arg(

@@ -128,11 +128,11 @@ class PPOConfig:
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
             (self.kl_penalty >= 0, f"kl_penalty must be >= 0 (0: off), got {self.kl_penalty}"),
             (self.kl_penalty == 0 or self.desired_kl > 0,
-             f"kl_penalty steers its weight toward desired_kl, which is 0 here (a2c fixes "
-             f"it at 0): use --algo ppo with desired_kl > 0"),
+             ("kl_penalty steers its weight toward desired_kl, which is 0 here (a2c fixes "
+              "it at 0): use --algo ppo with desired_kl > 0")),
             (self.cg_iters > 0 and self.backtracks > 0 and self.cg_damping >= 0,
-             f"cg_iters and backtracks must be > 0 and cg_damping >= 0, got "
-             f"{self.cg_iters}, {self.backtracks}, {self.cg_damping}"),
+             (f"cg_iters and backtracks must be > 0 and cg_damping >= 0, got "
+              f"{self.cg_iters}, {self.backtracks}, {self.cg_damping}")),
             (0 < self.popart_beta <= 1, "popart_beta must be in (0, 1]"),
             (self.off_policy in ("ratio", "ignore", "vtrace"),
              f"off_policy must be ratio, ignore or vtrace, got {self.off_policy!r}"),

@@ -1,6 +1,9 @@
 """Stale actors: does the learner survive acting with parameters K updates old?
 
-    python benchmarks/stale_actors.py --updates 500 --seeds 6 --workers 2
+    python benchmarks/stale_actors.py --updates 500 --seeds 6 --workers 2 \
+        --lags 0 4 16 32 64 --out-dir docs/data/stale_actors
+    python benchmarks/stale_actors.py ... --resume   # skip the runs the CSVs hold
+    python benchmarks/stale_actors.py --out-dir docs/data/stale_actors --table
 
 The flags before `--` are this benchmark's; after it come `trot train`'s own (default
 `cartpole-balance --num-envs 16 --torch-threads 1 --agent.rollout-steps 16
@@ -11,7 +14,7 @@ cartpole-balance, 16 envs, rollouts of 16 steps (256 samples per update), the ta
 registered agent (32x32 ReLU, 2 epochs x 2 minibatches) with a fixed learning rate 1e-3
 (`desired_kl=0`: the KL-adaptive rule measures KL against the *behaviour* policy, which
 with lag is K updates away and would shrink the step to its floor, confounding the
-comparison). `actor_lag` 0 vs 32 (the Sync mode's, `--lags`), learners:
+comparison). `actor_lag` swept over `--lags` (the Sync mode's), learners:
 
 - none:   GAE, loss -log pi * A (off_policy="ignore", clip=False): the lag is ignored;
 - vtrace: V-trace critic targets and IMPALA's -log pi * rho * A (off_policy="vtrace",
@@ -23,10 +26,11 @@ Each run trains `--updates` iterations through trot's one loop (agents/loop.py),
 hands this benchmark every update's training episode return; at the end its deterministic
 policy (noise off) plays 16 fresh episodes.
 
-Output: docs/img/stale_actors.png (mean training episode return vs update, band = min-max
-over seeds; one panel per learner, solid lag 0, dashed lag 32) and a table: seeds whose
-training return is >= 475 averaged over the last 20 updates, and seeds whose deterministic
-policy (noise off) averages >= 475 over 16 fresh episodes at the end.
+Output: one row per (lag) in OUT_DIR/LEARNER_seedS.csv as each run ends: the training
+return averaged over the last 20 updates, the deterministic policy's return over 16 fresh
+episodes at the end, and whether each reached 475. The table: per learner and lag, the seeds
+whose training return and whose deterministic policy reached 475. benchmarks/plots.py draws
+docs/img/stale_actors.png (returns against the lag, median and range over seeds).
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -49,13 +52,13 @@ from trot.agents.learners import start
 from trot.agents.loop import train
 from trot.agents.modes import Sync
 from trot.agents.train_config import TrainConfig
-from trot.benchmark import main
+from trot.benchmark import Results, main
 from trot.tasks.registry import get_task, make_env
 
 LEARNERS = {
-    "none": dict(off_policy="ignore", clip=False),
-    "vtrace": dict(off_policy="vtrace", clip=False, rho_bar=1.0, c_bar=1.0, lam=0.95),
-    "clip": dict(off_policy="ratio", clip=True, clip_low=0.2, clip_high=0.2),
+    "none": {"off_policy": "ignore", "clip": False},
+    "vtrace": {"off_policy": "vtrace", "clip": False, "rho_bar": 1.0, "c_bar": 1.0, "lam": 0.95},
+    "clip": {"off_policy": "ratio", "clip": True, "clip_low": 0.2, "clip_high": 0.2},
 }
 FULL = 475.0
 LAST = 20
@@ -63,6 +66,8 @@ LAST = 20
 
 @dataclass(frozen=True)
 class Settings:
+    out_dir: str
+    """the CSVs' folder"""
     updates: int = 500
     """updates (training iterations) per run"""
     seeds: int = 6
@@ -73,8 +78,10 @@ class Settings:
     """the off-policy corrections compared"""
     workers: int = 1
     """processes (one torch thread each)"""
-    out: str = "docs/img/stale_actors.png"
-    """the figure"""
+    resume: bool = False
+    """skip the runs the CSVs hold"""
+    table: bool = False
+    """only print the CSVs' table"""
 
 
 class Curve:
@@ -101,23 +108,24 @@ class Curve:
         return False
 
 
-def run_one(job: tuple[TrainConfig, str, int]) -> tuple[str, int, int, np.ndarray, float]:
-    """One learner, lag and seed (cfg's): its returns per update and its final evaluation."""
+def run_one(job: tuple[TrainConfig, str, int]) -> tuple[str, int, dict]:
+    """One learner, lag and seed (cfg's): its row."""
     cfg, learner, lag = job
     torch.set_num_threads(1)
     trainer, run_dir = start(cfg)
     curve = Curve(cfg)
     train(trainer, run_dir, quiet=True, evaluation=curve)
-    returns = np.array(curve.returns, dtype=float)
-    # carry the last seen value forward over updates in which no episode ended
-    for i in range(1, len(returns)):
-        if np.isnan(returns[i]):
-            returns[i] = returns[i - 1]
-    return learner, lag, cfg.seed, returns, curve.eval_return
+    last = float(np.nanmean(np.array(curve.returns[-LAST:], dtype=float)))
+    return learner, cfg.seed, {
+        "lag": lag, "updates": len(curve.returns), "last_return": round(last, 1),
+        "eval_return": round(curve.eval_return, 1), "train_reached": int(last >= FULL),
+        "eval_reached": int(curve.eval_return >= FULL)}
 
 
-def jobs(s: Settings, cfg: TrainConfig, base: Path) -> list[tuple[TrainConfig, str, int]]:
-    """Every learner, lag and seed as its own run of cfg, `s.updates` iterations long."""
+def jobs(s: Settings, cfg: TrainConfig, base: Path,
+         found: dict[tuple[str, int], Results]) -> list[tuple[TrainConfig, str, int]]:
+    """Every learner, lag and seed not in `found` as its own run of cfg, `s.updates`
+    iterations long."""
     if not isinstance(cfg.mode, Sync):
         raise SystemExit("stale actors are the synchronous mode's actor_lag: give no other "
                          "mode after --")
@@ -126,66 +134,51 @@ def jobs(s: Settings, cfg: TrainConfig, base: Path) -> list[tuple[TrainConfig, s
         cfg, seed=seed, mode=dataclasses.replace(cfg.mode, actor_lag=lag),
         agent=dataclasses.replace(cfg.agent, **LEARNERS[ln]), max_env_steps=steps,
         minutes=0.0, export=False, run_dir=str(base / f"{ln}_lag{lag}_seed{seed}")), ln, lag)
-        for ln in s.learners for lag in s.lags for seed in range(s.seeds)]
+        for seed in range(s.seeds) for lag in s.lags for ln in s.learners
+        if not (ln, seed) in found or not found[(ln, seed)].find(lag=lag)]
+
+
+def results(out_dir: Path) -> dict[tuple[str, int], Results]:
+    """Every (learner, seed)'s rows in OUT_DIR."""
+    return {(ln, int(seed)): Results(path, resume=True)
+            for path in sorted(out_dir.glob("*_seed*.csv"))
+            for ln, _, seed in [path.stem.partition("_seed")]}
+
+
+def table(found: dict[tuple[str, int], Results]) -> str:
+    """Per learner and lag: the seeds whose training return and deterministic policy
+    reached 475, and the training returns per seed."""
+    lines = [(f"{'learner':>8} {'lag':>4} {'train>=475':>11} {'eval>=475':>10}   "
+             "last-20 training return per seed")]
+    for ln in LEARNERS:
+        rows = [r for (name, _), res in sorted(found.items()) if name == ln for r in res.rows]
+        for lag in sorted({int(r["lag"]) for r in rows}):
+            at = [r for r in rows if int(r["lag"]) == lag]
+            lines.append(f"{ln:>8} {lag:>4} {sum(int(r['train_reached']) for r in at):>6}/"
+                         f"{len(at):<4} {sum(int(r['eval_reached']) for r in at):>5}/"
+                         f"{len(at):<4}   " + " ".join(f"{float(r['last_return']):5.0f}"
+                                                      for r in at))
+    return "\n".join(lines)
 
 
 def run(s: Settings, cfg: TrainConfig) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        todo = jobs(s, cfg, Path(cfg.run_dir or tmp))
-        t0 = time.monotonic()
-        if s.workers > 1:
+    out_dir = Path(s.out_dir)
+    found = results(out_dir)
+    if not s.table:
+        if any(r.rows for r in found.values()) and not s.resume:
+            raise SystemExit(f"{out_dir} holds runs: give --resume to continue them")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            todo = jobs(s, cfg, Path(cfg.run_dir or tmp), found)
+            t0 = time.monotonic()
             with get_context("spawn").Pool(s.workers) as pool:
-                results = pool.map(run_one, todo, chunksize=1)
-        else:
-            results = [run_one(j) for j in todo]
-        wall = time.monotonic() - t0
-    curves: dict[tuple[str, int], list[np.ndarray]] = {}
-    evals: dict[tuple[str, int], list[float]] = {}
-    for ln, lag, _, ret, ev in results:
-        curves.setdefault((ln, lag), []).append(ret)
-        evals.setdefault((ln, lag), []).append(ev)
-    print(f"\n{s.seeds} seeds x {s.updates} updates, {wall:.0f} s total")
-    print(f"{'learner':>8} {'lag':>4} {'train>=475':>11} {'eval>=475':>10} "
-          f"{'last-20 train return per seed':>32} {'eval return per seed':>24}")
-    for (ln, lag), cs in curves.items():
-        last = [float(np.nanmean(c[-LAST:])) for c in cs]
-        ev = evals[(ln, lag)]
-        print(f"{ln:>8} {lag:>4} {sum(x >= FULL for x in last):>6}/{len(cs):<4} "
-              f"{sum(x >= FULL for x in ev):>5}/{len(ev):<4} "
-              f"  {' '.join(f'{x:5.0f}' for x in last)}   {' '.join(f'{x:5.0f}' for x in ev)}")
-    figure(s, curves)
-
-
-def figure(s: Settings, curves: dict[tuple[str, int], list[np.ndarray]]) -> None:
-    """The training return per update of each learner and lag: mean and min-max band."""
-    warnings.filterwarnings("ignore", r"(Mean of empty|All-NaN) slice")  # before 1st episode
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(s.learners), figsize=(4.2 * len(s.learners), 3.4),
-                             sharey=True, squeeze=False)
-    styles = {0: "-", 32: "--"}
-    colors = {0: "tab:blue", 32: "tab:red"}
-    for ax, ln in zip(axes[0], s.learners):
-        for lag in s.lags:
-            c = np.stack(curves[(ln, lag)])  # [seeds, updates]
-            x = np.arange(1, c.shape[1] + 1)
-            color = colors.get(lag, None)
-            ax.plot(x, np.nanmean(c, 0), styles.get(lag, ":"), color=color,
-                    label=f"lag {lag}")
-            ax.fill_between(x, np.nanmin(c, 0), np.nanmax(c, 0), color=color, alpha=0.15,
-                            lw=0)
-        ax.axhline(FULL, color="gray", lw=0.6, ls=":")
-        ax.set_title(ln)
-        ax.set_xlabel("update")
-        ax.legend(loc="upper left", fontsize=8)
-    axes[0][0].set_ylabel("training episode return (mean, min-max band)")
-    fig.suptitle(f"cartpole-balance, 16 envs x 16 steps, {s.seeds} seeds", fontsize=10)
-    fig.tight_layout()
-    Path(s.out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(s.out, dpi=120)
-    print(f"figure: {s.out}")
+                for ln, seed, row in pool.imap_unordered(run_one, todo, chunksize=1):
+                    found.setdefault((ln, seed), Results(out_dir / f"{ln}_seed{seed}.csv",
+                                                         resume=True)).add(row)
+                    print(f"{ln} lag {row['lag']} seed {seed}: last-20 return "
+                          f"{row['last_return']}, eval {row['eval_return']}", flush=True)
+        print(f"{len(todo)} runs of {s.updates} updates, {time.monotonic() - t0:.0f} s")
+    print(table(results(out_dir)))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -171,8 +172,10 @@ def run(s: Settings, cfg: TrainConfig) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             todo = jobs(s, cfg, Path(cfg.run_dir or tmp), found)
             t0 = time.monotonic()
-            with get_context("spawn").Pool(s.workers) as pool:
-                for ln, seed, row in pool.imap_unordered(run_one, todo, chunksize=1):
+            with get_context("spawn").Pool(s.workers) if s.workers > 1 else nullcontext() as pool:
+                done = pool.imap_unordered(run_one, todo, chunksize=1) if pool else map(
+                    run_one, todo)  # one worker: in this process (no spawn, no pickling)
+                for ln, seed, row in done:
                     found.setdefault((ln, seed), Results(out_dir / f"{ln}_seed{seed}.csv",
                                                          resume=True)).add(row)
                     print(f"{ln} lag {row['lag']} seed {seed}: last-20 return "

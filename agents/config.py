@@ -62,6 +62,10 @@ class PPOConfig:
     """normalize advantages over the whole batch, per minibatch, or not at all"""
     popart: bool = True
     """PopArt value normalization (the critic regresses normalized targets)"""
+    value_scale: float = 1.0
+    """the critic's output multiplied by this constant: Lab 9's x10, which lets a critic
+    whose outputs start near 1 reach values near 100 in fewer updates; the hand-tuned fix
+    that PopArt automates, so only with --agent.no-popart"""
     popart_beta: float = 0.02
     """PopArt statistics step size per update"""
     popart_tasks: Literal["per-task", "shared"] = "per-task"
@@ -134,6 +138,15 @@ class PPOConfig:
              (f"cg_iters and backtracks must be > 0 and cg_damping >= 0, got "
               f"{self.cg_iters}, {self.backtracks}, {self.cg_damping}")),
             (0 < self.popart_beta <= 1, "popart_beta must be in (0, 1]"),
+            (0 < self.value_scale < float("inf"),
+             f"value_scale must be a finite number > 0, got {self.value_scale}"),
+            # PopArt's rescaling of the head keeps sigma * head(x) + mu unchanged; a fixed
+            # factor on the head would make it change the values it means to preserve
+            (self.value_scale == 1.0 or not self.popart,
+             (f"value_scale {self.value_scale} scales the critic by hand while popart "
+              "normalizes its targets (PopArt automates that scale, and its rescaling of "
+              "the head assumes none): give --agent.no-popart with value_scale, or "
+              "value_scale 1.0 with popart")),
             (self.off_policy in ("ratio", "ignore", "vtrace"),
              f"off_policy must be ratio, ignore or vtrace, got {self.off_policy!r}"),
             (not (self.off_policy == "ignore" and self.clip),

@@ -209,9 +209,12 @@ class Critic(nn.Module):
         self.tasks = tasks
         self.head = _init_linear(Linear(width, tasks), 1.0)
         self.popart = PopArt(self.head, cfg.popart_beta) if cfg.popart else None
+        # a plain float, not a buffer: a setting of the run (its config), not a learned state
+        self.value_scale = float(cfg.value_scale)
 
     def outputs(self, obs: Tensor) -> Tensor:  # [B, C] -> [B, T], normalized
-        return self.head(self.torso(self.normalizer(obs)))
+        out = self.head(self.torso(self.normalizer(obs)))
+        return out if self.value_scale == 1.0 else out * self.value_scale
 
     def task_of(self, obs: Tensor) -> Tensor:  # [B, C] -> [B, T], the one-hot task index
         return obs[:, -self.tasks:]

@@ -13,9 +13,14 @@ states. Adam's moments are padded with zeros for the new entries and keep their 
 entry's first steps are then up to ~3x the rate (0.1 g / sqrt(0.001 g^2), the bias
 correction spent), which the gradient clip and the KL-adaptive rate bound.
 
+New observation inputs (`--env.FIELD VALUE` overrides of the run's task config whose
+observation keeps every old slot and adds some) are agents/surgery_inputs.py's: the first
+layers read the old columns where they went and zero columns for the new ones, the
+normalizers keep the old inputs' statistics and measure the new ones', and the run's envs
+start fresh (their states are of the old observation and task config).
+
 Only widening: the same number of hidden layers, each as wide or wider. Only the PPO/A2C
 learner of `trot train TASK` (the Sync mode) with a memoryless actor and no lagged actors.
-New observation terms are not done here (see docs/surgery.md).
 """
 
 from __future__ import annotations
@@ -28,15 +33,18 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from trot.agents import surgery_inputs as si
 from trot.agents.checkpoint import Checkpoint, save_checkpoint
 from trot.agents.modes import Sync, describe
 from trot.agents.networks import ActorCritic
 from trot.agents.normalization import RunningMeanStd
 from trot.agents.runs import CHECKPOINT, CONFIG, read_checkpoint, run_config, write_config
+from trot.agents.surgery_inputs import InputError, Inputs, overrides, task_config
 from trot.agents.train_config import TrainConfig, to_json
 from trot.core.files import atomic_write
+from trot.tasks.base import TaskConfig
 
-RECORD = "surgery.json"  # in the new run: where it came from and what was widened
+RECORD = "surgery.json"  # in the new run: where it came from, what was widened and added
 LOGS = ("metrics.csv", "eval.csv")  # copied: the new run's curves continue the old one's
 WIDENED = ("actor.torso.", "critic.torso.", "actor.mean.", "critic.head.")  # may grow
 TOLERANCE = 1e-4  # max |change| of an output, relative to 1 + |output|
@@ -44,6 +52,9 @@ TOLERANCE = 1e-4  # max |change| of an output, relative to 1 + |output|
 
 class SurgeryError(ValueError):
     """A surgery that cannot be done (the CLI prints its message)."""
+
+
+BIG = 100.0  # the comparison's new inputs: N(0, BIG^2), far outside any normalizer's clip
 
 
 # ---------------------------------------------------------------------- what is accepted
@@ -169,10 +180,13 @@ def network(cfg: TrainConfig, model: dict[str, Tensor], seed: int | None = None)
 
 
 @torch.no_grad()
-def output_change(old: ActorCritic, new: ActorCritic, n: int = 1000, seed: int = 0) -> float:
+def output_change(old: ActorCritic, new: ActorCritic, n: int = 1000, seed: int = 0,
+                  inputs: Inputs | None = None) -> float:
     """The largest change of the actor's mean and log_std and of the critic's values
     (PopArt-normalized and in reward units) between two actor-critics, relative to
-    1 + |old output|, on n observations spread as the old normalizers saw them (x2)."""
+    1 + |old output|, on n observations spread as the old normalizers saw them (x2). With
+    new `inputs`, the new networks see those at the old columns' new places and N(0, BIG^2)
+    in the new inputs' columns."""
     gen = torch.Generator().manual_seed(seed)
     obs_dim, critic_dim = sizes(old.state_dict())[:2]
 
@@ -181,59 +195,116 @@ def output_change(old: ActorCritic, new: ActorCritic, n: int = 1000, seed: int =
         if isinstance(norm, RunningMeanStd):
             z = norm.mean + norm.var.sqrt() * z
         return z.float()
+
+    def embed(x: Tensor, which: str) -> Tensor:  # [n, P] -> [n, P']
+        if inputs is None:
+            return x
+        index, dim = (inputs.policy, inputs.policy_dim) if which == "policy" \
+            else (inputs.critic, inputs.critic_dim)
+        out = BIG * torch.randn(n, dim, generator=gen)
+        out[:, index] = x
+        return out
     obs = draw(old.actor.normalizer, obs_dim)
     cobs = obs if old.shared else draw(old.critic.normalizer, critic_dim)
-    pairs = [(old.actor(obs), new.actor(obs)), (old.actor.log_std, new.actor.log_std),
-             (old.critic(cobs), new.critic(cobs)),
-             (old.critic.value(cobs), new.critic.value(cobs))]
+    obs2 = embed(obs, "policy")
+    cobs2 = obs2 if new.shared else embed(cobs, "critic")
+    pairs = [(old.actor(obs), new.actor(obs2)), (old.actor.log_std, new.actor.log_std),
+             (old.critic(cobs), new.critic(cobs2)),
+             (old.critic.value(cobs), new.critic.value(cobs2))]
     return max(float(((b - a).abs() / (1 + a.abs())).max()) for a, b in pairs)
 
 
 # ---------------------------------------------------------------------- the run
-def widen_checkpoint(old_cfg: TrainConfig, new_cfg: TrainConfig, ckpt: Checkpoint
-                     ) -> tuple[Checkpoint, float]:
-    """The checkpoint of the widened run (counters, envs and streams as they were) and the
-    largest output change it makes (`output_change`); refused above TOLERANCE."""
+def widen_checkpoint(old_cfg: TrainConfig, new_cfg: TrainConfig, ckpt: Checkpoint,
+                     inputs: Inputs | None = None) -> tuple[Checkpoint, float]:
+    """The checkpoint of the widened run (counters, envs and streams as they were; with new
+    `inputs`, fresh envs) and the largest output change it makes (`output_change`);
+    refused above TOLERANCE."""
     check_supported(old_cfg, ckpt.learner)
+    shared = old_cfg.agent.share_torso
     model = ckpt.model
-    old_ac, new_ac = network(old_cfg, model), network(new_cfg, model)
+    placed = model if inputs is None else si.remap_model(model, inputs, shared)
+    old_ac, new_ac = network(old_cfg, model), network(new_cfg, placed)
     old_ac.load_state_dict(model)
-    wide = widen_model(model, new_ac.state_dict())
-    new_ac.load_state_dict(wide)
-    change = output_change(old_ac, new_ac)
+    new_ac.load_state_dict(widen_model(placed, new_ac.state_dict()))
+    state = dict(ckpt.state)
+    if inputs is not None:
+        si.measure(new_cfg, new_ac, inputs)  # the new inputs' normalizer statistics
+        state["ranks"] = si.fresh_ranks(new_cfg, ckpt.state["ranks"])
+    change = output_change(old_ac, new_ac, inputs=inputs)
     if not change <= TOLERANCE:
-        raise SurgeryError(f"the widened networks' outputs moved by {change:.2e} (relative); "
+        raise SurgeryError(f"the new networks' outputs moved by {change:.2e} (relative); "
                            f"surgery keeps them within {TOLERANCE:g}: not written")
+    wide = new_ac.state_dict()
     names = [n for n, _ in new_ac.named_parameters()]  # the order the optimizer holds them
-    algo = dict(ckpt.state["algo"])
-    algo["optimizer"] = pad_optimizer(algo["optimizer"], names, model, wide)
-    state = ckpt.state | {"model": wide, "algo": algo}
+    algo = dict(state["algo"])
+    opt = algo["optimizer"] if inputs is None else \
+        si.remap_optimizer(algo["optimizer"], names, model, inputs, shared)
+    algo["optimizer"] = pad_optimizer(opt, names, placed, wide)
+    state |= {"model": wide, "algo": algo}
     return Checkpoint(ckpt.learner, to_json(new_cfg), ckpt.counters, state), change
 
 
+def new_inputs(cfg: TrainConfig, env: TaskConfig | None) -> Inputs | None:
+    """The map of the run's observation into the one `env` (the task config with the
+    --env overrides) gives; None where env is None or the run's own."""
+    if env is None or env == task_config(cfg):
+        return None
+    try:
+        inputs = si.input_map(cfg, env)
+    except InputError as e:
+        raise SurgeryError(str(e)) from None
+    if cfg.agent.share_torso and inputs.policy_dim != inputs.critic_dim:
+        raise SurgeryError(
+            f"this run's critic shares the actor's torso (share_torso), which needs one "
+            f"observation for both; with {si.flags(overrides(task_config(cfg), env))} the "
+            f"policy's has {inputs.policy_dim} values and the critic's {inputs.critic_dim}: "
+            f"accepted are overrides that keep them alike")
+    return inputs
+
+
 def surgery(run_dir: Path, out: Path | None = None, actor_hidden: tuple[int, ...] | None = None,
-            critic_hidden: tuple[int, ...] | None = None) -> tuple[Path, float]:
-    """Write `out` (default RUN-wide), run_dir's run with wider hidden layers; returns it
-    and the largest relative output change (float rounding). run_dir is left as it is."""
+            critic_hidden: tuple[int, ...] | None = None, env: TaskConfig | None = None
+            ) -> tuple[Path, float]:
+    """Write `out` (default RUN-wide), run_dir's run with wider hidden layers and, where
+    `env` (the run's task config with --env overrides) adds observation inputs, those;
+    returns it and the largest relative output change (float rounding). run_dir is left
+    as it is."""
     run_dir = Path(run_dir)
     cfg, ckpt = run_config(run_dir), read_checkpoint(run_dir)
     check_supported(cfg, ckpt.learner)
     new_cfg = widened_config(cfg, actor_hidden, critic_hidden)
+    inputs = new_inputs(cfg, env)
     out = Path(out) if out is not None else run_dir.with_name(run_dir.name + "-wide")
     if (out / CONFIG).exists() or out.resolve() == run_dir.resolve():
         raise SurgeryError(f"{out} already holds a run: give another --out")
-    new_cfg = dataclasses.replace(new_cfg, run_dir=str(out))
-    wide, change = widen_checkpoint(cfg, new_cfg, ckpt)
+    new_cfg = dataclasses.replace(new_cfg, run_dir=str(out),
+                                  env=cfg.env if inputs is None and env is None else env)
+    wide, change = widen_checkpoint(cfg, new_cfg, ckpt, inputs)
     out.mkdir(parents=True, exist_ok=True)
     _copy_logs(run_dir, out)
     save_checkpoint(out / CHECKPOINT, wide)
     record = {"from": str(run_dir.resolve()), "iteration": ckpt.counters.iteration,
               "env_steps": ckpt.counters.env_steps, "max_output_change": change,
               "actor_hidden": [cfg.agent.actor_hidden, new_cfg.agent.actor_hidden],
-              "critic_hidden": [cfg.agent.critic_hidden, new_cfg.agent.critic_hidden]}
+              "critic_hidden": [cfg.agent.critic_hidden, new_cfg.agent.critic_hidden],
+              "env_overrides": {} if env is None else overrides(task_config(cfg), env),
+              "added_inputs": _added(inputs),
+              "envs": "kept" if inputs is None else "fresh (the observation changed: the "
+                      "checkpoint's env states are of the old one)"}
     atomic_write(out / RECORD, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
     write_config(out, new_cfg)  # last: only now is `out` a run (new_run_dir's test)
     return out, change
+
+
+def _added(inputs: Inputs | None) -> dict:
+    """surgery.json's record of the new inputs: each observation's added slots and the
+    old columns' new places."""
+    if inputs is None:
+        return {"policy": [], "critic": []}
+    return inputs.added | {"policy_columns": inputs.policy.tolist(),
+                           "critic_columns": inputs.critic.tolist(),
+                           "policy_size": inputs.policy_dim, "critic_size": inputs.critic_dim}
 
 
 def _copy_logs(run_dir: Path, out: Path) -> None:

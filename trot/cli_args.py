@@ -19,7 +19,8 @@ USAGE = """`trot` and `python -m trot`: one CLI, generated from the frozen confi
     trot train TASK_A TASK_B ... (one policy for several tasks, each in RUN_DIR/task_NAME)
     trot train [TASK] --resume RUN_DIR [--max-env-steps N] [--minutes M] [--no-export] ...
     trot distill TEACHER_RUN STUDENT_TASK [--distill.FIELD V] [train flags]
-    trot surgery RUN_DIR --agent.actor-hidden W ... [--agent.critic-hidden W ...] [--out D]
+    trot surgery RUN_DIR [--agent.actor-hidden W ...] [--agent.critic-hidden W ...]
+                 [--env.FIELD V ...] [--out D]
     trot eval RUN_DIR [--episodes K] [--json] [--sim cpu|mjx]
     trot export RUN_DIR [--out DIR]
     trot sim2sim RUN_DIR [--episodes K] [--json]

@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # `trot compare`'s axes, and the sweeps' (a setting on x; one point per run)
-AXES = {**X_AXES, "learning_rate": ("learning rate", 1.0)}
+AXES = {**X_AXES, "learning_rate": ("learning rate", 1.0), "lam": ("GAE λ", 1.0),
+        "rho_bar": ("V-trace ρ̄", 1.0), "workers": ("workers", 1.0),
+        "lag": ("actor lag (updates)", 1.0), "value_scale": ("critic output scale", 1.0)}
 FIELDS = ("plot", "curve", "panel", "x_column", "x", "median", "low", "high", "runs")
 
 
@@ -44,6 +46,8 @@ class Curve:
     label: str
     csvs: tuple[str, ...]  # relative to the repository root; several: seeds
     stack: str | None = None  # a compare_ant stack: read as its table reads it
+    column: str | None = None  # this curve's y column, in place of the panel's
+    panels: tuple[str, ...] = ()  # the panels (by column) it is drawn in; (): every panel
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ def _seeds(stem: str, n: int = 3) -> tuple[str, ...]:
     return tuple(f"docs/data/{stem}_seed{k}.csv" for k in range(n))
 
 
+VTRACE_SEEDS = tuple(f"docs/data/vtrace_rho/seed{k}.csv" for k in range(3))
 TRACKING = Panel("lin_vel_error", "lin-vel tracking error (m/s)", 0.20)
 FALLS = Panel("fall_rate", "fall rate", 0.02)
 PLOTS = (
@@ -107,6 +112,37 @@ PLOTS = (
           Curve("A2C, same envs in one process, Adam", _seeds("a3c_robustness/a2c", 2))),
          (Panel("mean_return", "eval return (deterministic)", 475.0, x="learning_rate",
                 log_x=True),)),
+    Plot("stragglers", "Exercise 19.5: collection against asynchronous, T = 128; "
+         "median and range of 3 seeds",
+         (Curve("exercise's printed table", ("docs/data/stragglers/claim.csv",)),
+          Curve("model (lognormal, resets +20 ms)", _seeds("stragglers/model")),
+          Curve("cartpole-balance, measured", _seeds("stragglers/cartpole")),
+          Curve("go1-flat, measured", _seeds("stragglers/go1"))),
+         (Panel("lockstep", "lockstep efficiency", x="workers", log_x=True),
+          Panel("per_rollout", "per-rollout sync efficiency", x="workers", log_x=True))),
+    Plot("vtrace_rho", "V-trace's fixed point per state and its target's variance "
+         "(c̄ = min(1, ρ̄), T = 16), 3 seeds",
+         (*(Curve(f"state {x}", VTRACE_SEEDS, column=f"fixed_s{x}",
+                  panels=("fixed",)) for x in range(6)),
+          Curve("16-step target", VTRACE_SEEDS, panels=("target_var",))),
+         (Panel("fixed", "fixed point V(x)", x="rho_bar", log_x=True),
+          Panel("target_var", "target variance (mean over states)", x="rho_bar",
+                log_x=True))),
+    # benchmarks/sweep.py's CSVs: one row per (value, seed); a missed goal's capped column
+    # holds the run's last evaluated env steps (a lower bound), so no seed drops out
+    Plot("critic_scale", "cartpole-balance, A2C (lr 0.003, 32 envs x 8 steps): the "
+         "critic's output scale; median and range of 6 seeds",
+         (Curve("no PopArt, output x scale", _seeds("critic_scale/no_popart", 6)),
+          Curve("PopArt (scale 1)", _seeds("critic_scale/popart", 6))),
+         (Panel("final_return", "final eval return", 475.0, x="value_scale", log_x=True),
+          Panel("goal_env_steps_capped", "env steps to return 475 (or budget)",
+                x="value_scale", log_x=True))),
+    Plot("lambda_sweep", "cartpole-balance, PPO (registered settings, 256 envs): GAE's "
+         "λ; median and range of 3 seeds",
+         (Curve("PPO", _seeds("lambda_sweep/lam", 3)),),
+         (Panel("goal_env_steps_capped", "env steps to return 475 (or budget)",
+                x="lam"),
+          Panel("final_return", "final eval return", 475.0, x="lam"))),
 )
 
 
@@ -129,7 +165,10 @@ def series(plot: Plot, root: Path = ROOT) -> list[dict]:
     for curve in plot.curves:
         runs = [read_run(root / p, curve.stack) for p in curve.csvs]
         for panel in plot.panels:
-            x, med, low, high = band([(r[panel.x], r[panel.column]) for r in runs])
+            if curve.panels and panel.column not in curve.panels:
+                continue
+            y = curve.column or panel.column
+            x, med, low, high = band([(r[panel.x], r[y]) for r in runs])
             out += [{"plot": plot.name, "curve": curve.label, "panel": panel.column,
                      "x_column": panel.x, "x": a, "median": b, "low": c, "high": d,
                      "runs": len(runs)} for a, b, c, d in zip(x, med, low, high)]

@@ -3,23 +3,20 @@ plot draws against its source CSVs, the page's pictures against the script, the 
 links against the journal. About 5 s (matplotlib, Agg)."""
 
 import csv
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import script
 
 from trot.benchmark import fmt_time, main
 
 ROOT = Path(__file__).resolve().parents[1]
-# the script as a module, loaded from its file (no sys.path edit)
-_spec = importlib.util.spec_from_file_location("plots", ROOT / "benchmarks" / "plots.py")
-plots = sys.modules.setdefault("plots", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(plots)
+plots = script("plots")
 
 PAGE = ROOT / "docs" / "benchmarks.md"
+EXPERIMENTS = ROOT / "docs" / "experiments.md"  # the seeds' experiments: their own page
 JOURNAL = ROOT / "docs" / "journal"
 
 
@@ -127,7 +124,7 @@ def test_every_picture_on_the_page_is_drawn_by_the_script_from_committed_csvs():
     docs/data; every plot of the script is shown on the page or in the journal. The bugs:
     a picture no script draws (or from a CSV that is not committed), a plot renamed while
     the page still points at the old file, a plot nobody shows."""
-    page = PAGE.read_text()
+    page = PAGE.read_text() + EXPERIMENTS.read_text()
     shown = re.findall(r"!\[[^\]]*\]\(img/([\w.-]+)\)", page)
     names = {p.name: p for p in plots.PLOTS}
     assert shown, "the results page shows no plot"

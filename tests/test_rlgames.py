@@ -90,6 +90,11 @@ def test_overrides_and_values():
     assert cfg == before  # the original is untouched
     with pytest.raises(ValueError, match="minibatches"):  # 3 x 16 steps into 5 minibatches
         make_config(TASK, num_envs=3, agent=PPOConfig(minibatches=5))
+    # settings rl_games has no counterpart for are refused, not dropped in silence
+    with pytest.raises(ValueError, match="no value_scale: use value_scale=1.0"):
+        make_config(TASK, num_envs=64, agent=PPOConfig(popart=False, value_scale=10.0))
+    with pytest.raises(ValueError, match="no kl_penalty"):
+        make_config(TASK, num_envs=64, agent=PPOConfig(kl_penalty=1.0))
 
 
 def test_rl_games_ppo_learns_cartpole_balance(tmp_path):

@@ -186,6 +186,8 @@ def test_config_maps_the_tasks_tuned_agent():
         small.epochs, small.minibatches) == (2, 2)
     assert (c["actor"]["hidden_dims"], c["actor"]["activation"]) == ([32], "relu")
     assert any("symmetry" in note for note in unmapped(tuned(get_task("g1-flat").agent)))
+    scaled = PPOConfig(popart=False, value_scale=10.0, kl_penalty=1.0)
+    assert {n.split("=")[0] for n in unmapped(scaled)} >= {"value_scale", "kl_penalty"}
     with pytest.raises(ValueError, match="rnn"):
         make_config(TASK, num_envs=64, agent=PPOConfig(rnn="gru"))
     with pytest.raises(ValueError, match="clipped"):

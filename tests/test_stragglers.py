@@ -5,30 +5,21 @@ go1 env stepped 40 times each)."""
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import script
 
 from trot.benchmark import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    """A benchmark script as a module, loaded from its file (no sys.path edit)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
-
-
-st = _load("stragglers")
-plots = _load("plots")
+st = script("stragglers")
+plots = script("plots")
 
 SMALL = ["--workers", "1", "4", "--rollout", "8", "--rollouts", "4", "--seeds", "0",
          "--steps", "40", "--warmup", "5", "--actors", "1", "4", "--batches", "1", "2",

@@ -4,7 +4,6 @@ and the two plots drawn from its committed CSVs. About 30 s: the small sweep tra
 runs of 4 iterations in new processes."""
 
 import csv
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scripts import script
 
 from trot.agents.config import PPOConfig
 from trot.agents.networks import ActorCritic, Critic
@@ -20,16 +20,8 @@ from trot.cli import main as cli_main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script(name: str):
-    """A script of benchmarks/ as a module, loaded from its file (no sys.path edit)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _script("sweep")
-plots = _script("plots")
+sweep = script("sweep")
+plots = script("plots")
 
 
 def _write_eval(path: Path, rows: list[tuple[int, float, float]]) -> Path:

@@ -4,30 +4,21 @@ pi_rho_bar below, between and above the ratios pi/mu; a vtrace that truncates th
 instead of rho fails that check; plots.py draws the committed CSVs. About 15 s on 2 cores."""
 
 import csv
-import importlib.util
 import itertools
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import script
 
 from trot.benchmark import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    """A benchmark script as a module, loaded from its file (no sys.path edit)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = sys.modules.setdefault(name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(module)
-    return module
-
-
-vr = _load("vtrace_rho")
-plots = _load("plots")
+vr = script("vtrace_rho")
+plots = script("plots")
 
 TOL = 0.3  # sampling error of 1,500 windows per state: ~0.1; the bugs below: >= 0.7
 SMALL = ["--seeds", "0", "--trajectories", "1500", "--points", "4"]  # 0.02, 0.271, 3.68, 50

@@ -148,6 +148,10 @@ def make_config(task: str, num_envs: int = 256, max_epochs: int = 100, seed: int
     if a.symmetry != "none":
         raise ValueError("the rl_games adapter has no symmetry augmentation; "
                          "use symmetry='none' (trot train has it)")
+    for field, plain in (("value_scale", 1.0), ("kl_penalty", 0.0)):
+        if getattr(a, field) != plain:
+            raise ValueError(f"the rl_games adapter has no {field}: use {field}={plain} "
+                             f"(trot train has it), got {getattr(a, field)}")
     batch = num_envs * a.rollout_steps
     lr_schedule = "adaptive" if a.desired_kl > 0 else "constant"
     entry = get_task(task)

@@ -138,6 +138,10 @@ def unmapped(a: PPOConfig) -> list[str]:
         notes.append("share_torso: rsl_rl's actor and critic are separate networks")
     if a.update_dtype != "float32":
         notes.append(f"update_dtype={a.update_dtype!r}: rsl_rl updates in float32")
+    if a.value_scale != 1.0:
+        notes.append(f"value_scale={a.value_scale}: rsl_rl's critic outputs are not scaled")
+    if a.kl_penalty:
+        notes.append(f"kl_penalty={a.kl_penalty}: rsl_rl's PPO has no KL penalty term")
     return notes
 
 

@@ -128,6 +128,13 @@ PLOTS = (
          (Panel("fixed", "fixed point V(x)", x="rho_bar", log_x=True),
           Panel("target_var", "target variance (mean over states)", x="rho_bar",
                 log_x=True))),
+    Plot("stale_actors", "cartpole-balance, 16 envs x 16 steps, 500 updates, actors K "
+         "updates behind: median and range of 6 seeds",
+         (Curve("no correction", _seeds("stale_actors/none", 6)),
+          Curve("V-trace (ρ̄ = c̄ = 1)", _seeds("stale_actors/vtrace", 6)),
+          Curve("PPO clip [0.8, 1.2]", _seeds("stale_actors/clip", 6))),
+         (Panel("last_return", "training return (last 20 updates)", 475.0, x="lag"),
+          Panel("eval_return", "deterministic policy's return", 475.0, x="lag"))),
     # benchmarks/sweep.py's CSVs: one row per (value, seed); a missed goal's capped column
     # holds the run's last evaluated env steps (a lower bound), so no seed drops out
     Plot("critic_scale", "cartpole-balance, A2C (lr 0.003, 32 envs x 8 steps): the "

@@ -6,8 +6,9 @@
     python benchmarks/stale_actors.py --out-dir docs/data/stale_actors --table
 
 The flags before `--` are this benchmark's; after it come `trot train`'s own (default
-`cartpole-balance --num-envs 16 --torch-threads 1 --agent.rollout-steps 16
---agent.desired-kl 0 --agent.learning-rate 1e-3`), and `--run-dir` (default: a temporary
+`cartpole-balance --num-envs 16 --torch-threads 1 --update-threads 1 --agent.rollout-steps
+16 --agent.desired-kl 0 --agent.learning-rate 1e-3`: one thread per worker process, since
+the workers share the cores), and `--run-dir` (default: a temporary
 folder, removed at the end; each run in LEARNER_lagK_seedS under it).
 
 cartpole-balance, 16 envs, rollouts of 16 steps (256 samples per update), the task's
@@ -186,5 +187,6 @@ def run(s: Settings, cfg: TrainConfig) -> None:
 
 if __name__ == "__main__":
     main(Settings, run, ("cartpole-balance", "--num-envs", "16", "--torch-threads", "1",
+                         "--update-threads", "1",
                          "--agent.rollout-steps", "16", "--agent.desired-kl", "0",
                          "--agent.learning-rate", "1e-3"))
